@@ -1,0 +1,22 @@
+"""rankscope: find what is wrong in distributed training on Ray.
+
+Start the probe with `rankscope.init()` in each worker (or, with no code change,
+`runtime_env={"worker_process_setup_hook": "rankscope.setup_worker"}`), then ask the cluster
+from a terminal: `rankscope status`, `rankscope stacks`.
+"""
+
+import rankscope.stacks  # noqa: F401  (registers the probe's `stacks` command)
+from rankscope._version import __version__
+from rankscope.context import RankContext, get_context
+from rankscope.runtime.api import current_probe, init, setup_worker, shutdown, step
+
+__all__ = [
+    "RankContext",
+    "__version__",
+    "current_probe",
+    "get_context",
+    "init",
+    "setup_worker",
+    "shutdown",
+    "step",
+]

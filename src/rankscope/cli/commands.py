@@ -1,0 +1,66 @@
+"""What each command does, apart from option parsing: attach, select, collect, analyze.
+
+Kept out of `main.py` so that `rankscope --help` does not import Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rankscope.analysis.ranks import parse_rank_spec
+from rankscope.analysis.selection import filter_ranks, select_jobs
+from rankscope.analysis.stacks import StackReport, group_stacks
+from rankscope.cli.render import render_stacks, render_status, to_json
+from rankscope.errors import UserError
+from rankscope.runtime.client import HubClient, check_probe_versions
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.stacks.collect import collect_stacks
+
+__all__ = ["any_lost", "json_of", "render_stacks", "render_status", "stacks", "status"]
+
+
+def status(address: str | None, job: str | None) -> dict[str, list[ProbeStatus]]:
+    client = HubClient.attach(address)
+    return _jobs(client, job)
+
+
+def stacks(
+    address: str | None,
+    job: str | None,
+    ranks: str | None,
+    deadline_s: float,
+    *,
+    client: HubClient | None = None,
+) -> list[StackReport]:
+    wanted = parse_rank_spec(ranks) if ranks is not None else None  # bad spec: fail before Ray
+    client = client or HubClient.attach(address)
+    reports = []
+    for job_id, probes in _jobs(client, job).items():
+        chosen = filter_ranks(probes, wanted)
+        if not chosen:
+            raise UserError(
+                f"--ranks {ranks}: no registered process of job {job_id} has those ranks"
+            )
+        reports.append(group_stacks(job_id, collect_stacks(client, chosen, deadline_s=deadline_s)))
+    return reports
+
+
+def _jobs(client: HubClient, job: str | None) -> dict[str, list[ProbeStatus]]:
+    jobs = select_jobs(client.probes(), job)
+    if not jobs:
+        raise UserError(
+            "the rankscope hub has no registered processes yet: is the job running, and does it "
+            "call rankscope.init() or use the worker_process_setup_hook?"
+        )
+    for probes in jobs.values():
+        check_probe_versions(probes)
+    return jobs
+
+
+def any_lost(jobs: Mapping[str, Sequence[ProbeStatus]]) -> bool:
+    """A dead or unresponsive process is a finding (exit code 1)."""
+    return any(p.state != ProbeState.ALIVE for ps in jobs.values() for p in ps)
+
+
+def json_of(command: str, data: object) -> str:
+    return to_json(command, data)

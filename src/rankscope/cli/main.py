@@ -1,0 +1,145 @@
+"""`rankscope` commands: thin wrappers that parse, load, analyze and print.
+
+Exit codes: 0 all well, 1 a finding (a dead or unresponsive rank, a hang), 2 bad input or
+nothing to talk to. Errors a user can fix print one line; tracebacks only with --debug.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from rankscope._version import __version__
+from rankscope.errors import UserError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Find what is wrong in distributed training on Ray: hangs, stragglers, dead ranks.",
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+_state = {"debug": False}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+Address = Annotated[
+    str | None,
+    typer.Option("--address", help="Ray cluster HOST:PORT (default: RAY_ADDRESS, or local)."),
+]
+Job = Annotated[str | None, typer.Option("--job", help="Ray job id (default: jobs still running).")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def user_errors_exit_2(fn: F) -> F:
+    """One line and exit 2 for mistakes a user can fix; a traceback only with --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except UserError as exc:
+            if _state["debug"]:
+                raise
+            err.print(f"rankscope: error: {exc}", markup=False)
+            raise typer.Exit(2) from None
+        except Exception as exc:
+            if _state["debug"]:
+                raise
+            err.print(
+                f"rankscope: internal error: {type(exc).__name__}: {exc} "
+                "(rerun with --debug for the traceback)",
+                markup=False,
+            )
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        out.print(f"rankscope {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version_callback, is_eager=True)
+    ] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+@app.command()
+@user_errors_exit_2
+def stacks(
+    address: Address = None,
+    job: Job = None,
+    ranks: Annotated[
+        str | None, typer.Option("--ranks", help="Only these ranks, e.g. 0,3-5.")
+    ] = None,
+    as_json: Json = False,
+    deadline: Annotated[
+        float, typer.Option("--deadline", help="Seconds to wait for probes before py-spy.")
+    ] = 2.0,
+    all_frames: Annotated[
+        bool, typer.Option("--all-frames", help="Do not fold library frames.")
+    ] = False,
+) -> None:
+    """Python stacks of every thread of every rank, grouped by identical stack."""
+    from rankscope.cli import commands
+
+    reports = commands.stacks(address, job, ranks, deadline)
+    if as_json:
+        out.print_json(commands.json_of("stacks", reports))
+        return
+    for report in reports:
+        out.print(commands.render_stacks(report, all_frames=all_frames))
+
+
+@app.command()
+@user_errors_exit_2
+def status(address: Address = None, job: Job = None, as_json: Json = False) -> None:
+    """Every registered process: rank, node, pid, actor, state, last heartbeat, version."""
+    from rankscope.cli import commands
+
+    jobs = commands.status(address, job)
+    if as_json:
+        out.print_json(commands.json_of("status", jobs))
+    else:
+        for job_id, probes in jobs.items():
+            out.print(commands.render_status(job_id, probes))
+    if commands.any_lost(jobs):
+        raise typer.Exit(1)
+
+
+@app.command()
+@user_errors_exit_2
+def demo(
+    fault: Annotated[
+        str, typer.Option("--fault", help="Fault to inject: stall (default) or none.")
+    ] = "stall",
+    workers: Annotated[int, typer.Option("--workers", min=2, max=16)] = 4,
+    steps: Annotated[int, typer.Option("--steps", min=1)] = 30,
+) -> None:
+    """Run a small 4-rank data-parallel job on a local Ray cluster and debug it."""
+    from rankscope.demo.run import run_demo
+
+    raise typer.Exit(run_demo(fault=fault, workers=workers, steps=steps, console=out))
+
+
+def main() -> None:
+    app(prog_name="rankscope")
+
+
+if __name__ == "__main__":
+    main()

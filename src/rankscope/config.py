@@ -1,0 +1,67 @@
+"""Settings shared by the probe, the hub and the CLI, read once from the environment.
+
+Every knob has an environment variable (RANKSCOPE_<FIELD>) so that workers started with no
+code change (`worker_process_setup_hook`) can still be tuned from the job's runtime_env.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from rankscope.errors import UserError
+
+LEVELS = ("off", "light", "full")
+HUB_NAME = "rankscope_hub"
+HUB_NAMESPACE = "rankscope"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Tunables; `Config.from_env()` overlays RANKSCOPE_* variables on the defaults.
+
+    Example: `Config.from_env(heartbeat_interval=0.5)`.
+    """
+
+    level: str = "light"
+    heartbeat_interval: float = 1.0
+    """Seconds between a probe's heartbeats (its long poll returns at least this often)."""
+    dead_after: float = 5.0
+    """A probe silent for this long is checked for liveness and shown as dead or unresponsive."""
+    command_deadline: float = 3.0
+    """Seconds the hub waits for probes to answer a command before calling them unresponsive."""
+    event_queue_size: int = 10_000
+    """Events a probe buffers while the hub is away; older ones are dropped and counted."""
+    hub_event_queue_size: int = 100_000
+    """Events the hub buffers before its writer falls behind; beyond it they are dropped."""
+    mailbox_size: int = 64
+    """Commands waiting for one probe; beyond it the oldest is dropped and counted."""
+    reconnect_max_backoff: float = 10.0
+    run_dir: str = ""
+    """Where the hub writes events and reports; empty: inside the Ray session directory."""
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise UserError(f"RANKSCOPE_LEVEL={self.level!r} is not one of {', '.join(LEVELS)}")
+        for name in ("heartbeat_interval", "dead_after", "command_deadline"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Config:
+        """Defaults, then RANKSCOPE_* environment variables, then explicit overrides."""
+        values: dict[str, object] = {}
+        for f in dataclasses.fields(cls):
+            raw = os.environ.get(f"RANKSCOPE_{f.name.upper()}")
+            if raw is None:
+                continue
+            kind: type = type(f.default)
+            try:
+                values[f.name] = kind(raw)
+            except ValueError:
+                raise UserError(
+                    f"RANKSCOPE_{f.name.upper()}={raw!r} is not a valid {kind.__name__}"
+                ) from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,173 @@
+"""Who am I: rank, world, node, process and Ray ids of the calling process.
+
+Sources, first match wins: explicit `rankscope.init(rank=..., world_size=...)`, torch.distributed
+when it is initialized, the variables torchrun / Ray Train / verl set (RANK, LOCAL_RANK,
+WORLD_SIZE, ...), else unknown (None). Node, process and Ray ids never change within a process,
+so they are read once; only the rank sources are looked at again on each call, which keeps
+`get_context()` cheap enough for every heartbeat.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+
+__all__ = ["RankContext", "get_context", "set_explicit_rank"]
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """Identity of one process in a distributed job."""
+
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    node_id: str
+    node_ip: str
+    hostname: str
+    pid: int
+    job_id: str
+    actor_id: str | None
+    actor_class: str | None
+    task_id: str | None
+    rank_source: str
+    """Where the rank came from: explicit, torch.distributed, env, or none."""
+
+    @property
+    def label(self) -> str:
+        """Short human name: `rank 3` when known, else `pid 1234@host`."""
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return f"pid {self.pid}@{self.hostname}"
+
+
+@dataclass(frozen=True)
+class _StaticIdentity:
+    node_id: str
+    node_ip: str
+    hostname: str
+    pid: int
+    job_id: str
+    actor_id: str | None
+    actor_class: str | None
+
+
+_explicit: dict[str, int | None] = {}
+_static: _StaticIdentity | None = None
+_static_lock = threading.Lock()
+
+
+def set_explicit_rank(
+    rank: int | None = None, world_size: int | None = None, local_rank: int | None = None
+) -> None:
+    """Pin this process's rank (from `rankscope.init(rank=..., world_size=...)`)."""
+    for key, value in (("rank", rank), ("world_size", world_size), ("local_rank", local_rank)):
+        if value is not None:
+            _explicit[key] = int(value)
+
+
+def get_context() -> RankContext:
+    """The calling process's identity; cheap enough to call on every heartbeat."""
+    static = _static_identity()
+    rank, local_rank, world_size, source = _rank_info()
+    return RankContext(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        task_id=_current_task_id(),
+        rank_source=source,
+        **dataclasses.asdict(static),
+    )
+
+
+def _rank_info() -> tuple[int | None, int | None, int | None, str]:
+    env_local = _env_int("LOCAL_RANK")
+    if "rank" in _explicit:
+        return (
+            _explicit["rank"],
+            _explicit.get("local_rank", env_local),
+            _explicit.get("world_size", _env_int("WORLD_SIZE")),
+            "explicit",
+        )
+    dist = sys.modules.get("torch.distributed")  # never import torch just to ask
+    if dist is not None:
+        try:
+            if dist.is_available() and dist.is_initialized():
+                return dist.get_rank(), env_local, dist.get_world_size(), "torch.distributed"
+        except Exception:  # a half-torn-down group must not break the probe
+            pass
+    rank = _env_int("RANK")
+    if rank is not None:
+        return rank, env_local, _env_int("WORLD_SIZE"), "env"
+    return None, env_local, _env_int("WORLD_SIZE"), "none"
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def _static_identity() -> _StaticIdentity:
+    global _static
+    pid = os.getpid()
+    if _static is not None and _static.pid == pid and _static.job_id:
+        return _static
+    with _static_lock:
+        # Read again after a fork, or once Ray is up if we were first asked before ray.init().
+        if _static is None or _static.pid != pid or not _static.job_id:
+            _static = _read_static_identity(pid)
+        return _static
+
+
+def _read_static_identity(pid: int) -> _StaticIdentity:
+    hostname = socket.gethostname()
+    node_id, node_ip, job_id = "", "", ""
+    actor_id: str | None = None
+    actor_class: str | None = None
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ctx = ray.get_runtime_context()
+        node_id = ctx.get_node_id() or ""
+        job_id = ctx.get_job_id() or ""
+        actor_id = ctx.get_actor_id()
+        actor_class = _actor_class_name(ctx) if actor_id else None
+        try:
+            node_ip = ray.util.get_node_ip_address()
+        except Exception:
+            node_ip = ""
+    return _StaticIdentity(node_id, node_ip, hostname, pid, job_id, actor_id, actor_class)
+
+
+def _actor_class_name(ctx: object) -> str | None:
+    """The class of the current actor; Ray exposes it only through the handle's descriptor."""
+    try:
+        handle = ctx.current_actor  # type: ignore[attr-defined]
+        return str(handle._ray_actor_creation_function_descriptor.class_name)
+    except Exception:
+        return None
+
+
+def _current_task_id() -> str | None:
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    try:
+        return ray.get_runtime_context().get_task_id()
+    except Exception:
+        return None
+
+
+def reset_for_tests() -> None:
+    """Forget explicit ranks and cached identity (Ray may have been initialized since)."""
+    global _static
+    _explicit.clear()
+    _static = None

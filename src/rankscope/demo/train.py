@@ -1,0 +1,81 @@
+"""The demo's training code: what a user's data-parallel worker looks like.
+
+It never imports rankscope's runtime: the probe arrives through Ray's
+`worker_process_setup_hook`; the only instrumentation is `rankscope.step()` once per step.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import rankscope
+
+STALL_SECONDS = 3600.0
+
+
+class DemoWorker:
+    """One data-parallel rank: a tiny MLP, SGD, gradients averaged with gloo all_reduce."""
+
+    def __init__(self, rank: int, world_size: int, fault: str, fault_rank: int, fault_step: int):
+        self.rank, self.world_size = rank, world_size
+        self.fault, self.fault_rank, self.fault_step = fault, fault_rank, fault_step
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        self.model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05)
+
+    def address(self) -> tuple[str, int]:
+        """Rank 0 picks the rendezvous port on its own node."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return socket.gethostbyname(socket.gethostname()), s.getsockname()[1]
+
+    def join(self, host: str, port: int) -> None:
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{host}:{port}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=600),
+        )
+
+    def train(self, steps: int) -> list[float]:
+        losses = []
+        for step in range(steps):
+            inputs, targets = load_batch(self, step)
+            losses.append(train_step(self.model, self.optimizer, inputs, targets))
+            rankscope.step()
+        return losses
+
+    def leave(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def load_batch(worker: DemoWorker, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if worker.fault == "stall" and worker.rank == worker.fault_rank and step == worker.fault_step:
+        time.sleep(STALL_SECONDS)  # a stuck data loader: the other ranks wait in all_reduce
+    generator = torch.Generator().manual_seed(step * 1000 + worker.rank)
+    inputs = torch.randn(16, 32, generator=generator)
+    return inputs, inputs.sum(dim=1, keepdim=True) * 0.1
+
+
+def train_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor
+) -> float:
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(inputs), targets)
+    loss.backward()
+    world = dist.get_world_size()
+    for param in model.parameters():
+        assert param.grad is not None
+        dist.all_reduce(param.grad)
+        param.grad /= world
+    optimizer.step()
+    return float(loss)

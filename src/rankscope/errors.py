@@ -1,0 +1,36 @@
+"""Every exception rankscope raises on purpose.
+
+`UserError` and its children are mistakes a user can fix (a bad rank spec, no cluster,
+a version mismatch): the CLI prints their message as one line and exits with code 2.
+Anything else that escapes is a rankscope bug.
+"""
+
+from __future__ import annotations
+
+
+class RankscopeError(Exception):
+    """Base class of every error rankscope raises on purpose."""
+
+
+class UserError(RankscopeError):
+    """Something the user can fix; the message says what is wrong and what to do."""
+
+
+class BadRankSpec(UserError):
+    """A `--ranks` value that does not parse, e.g. `0,3-x`."""
+
+
+class NoClusterError(UserError):
+    """No Ray cluster is running where we looked, or the address does not answer."""
+
+
+class NoHubError(UserError):
+    """The cluster has no rankscope hub: no process called `rankscope.init()`."""
+
+
+class VersionMismatchError(UserError):
+    """A probe or hub runs another rankscope version than this CLI."""
+
+
+class HubUnavailableError(RankscopeError):
+    """Internal: the hub did not answer in time (it may be restarting)."""

@@ -1,0 +1,83 @@
+"""Starting and stopping the probe: `rankscope.init()`, `setup_worker()`, `step()`.
+
+`init()` is idempotent and cheap after the first call, so libraries and user code may both call
+it. `setup_worker()` is the zero-code-change entry for Ray's `worker_process_setup_hook` and
+swallows every error: a broken rankscope must never stop a worker from starting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from rankscope.config import Config
+from rankscope.context import set_explicit_rank
+from rankscope.runtime.probe import Probe, progress
+
+log = logging.getLogger("rankscope")
+
+_probe: Probe | None = None
+_probe_pid = -1
+_lock = threading.Lock()
+
+
+def init(
+    rank: int | None = None,
+    world_size: int | None = None,
+    *,
+    local_rank: int | None = None,
+    level: str | None = None,
+    heartbeat_interval: float | None = None,
+) -> Probe | None:
+    """Start this process's probe (idempotent); returns None when rankscope is off.
+
+    Example: `rankscope.init(rank=dist.get_rank(), world_size=dist.get_world_size())`.
+    Explicit ranks win over torch.distributed and RANK/WORLD_SIZE; leave them out to detect.
+    """
+    global _probe
+    set_explicit_rank(rank=rank, world_size=world_size, local_rank=local_rank)
+    with _lock:
+        if _probe is not None and _probe.alive and _probe_pid == os.getpid():
+            return _probe
+        config = Config.from_env(level=level, heartbeat_interval=heartbeat_interval)
+        if config.level == "off" or os.environ.get("RANKSCOPE_ROLE") == "hub":
+            return None
+        _start(config)
+        return _probe
+
+
+def _start(config: Config) -> None:
+    global _probe, _probe_pid
+    _probe = Probe(config)
+    _probe_pid = os.getpid()
+    _probe.start()
+
+
+def setup_worker() -> None:
+    """Entry for `runtime_env={"worker_process_setup_hook": "rankscope.setup_worker"}`."""
+    try:
+        init()
+    except Exception as exc:  # never stop a worker from starting
+        log.warning("rankscope: probe not started: %s", exc)
+
+
+def step() -> None:
+    """Mark one unit of training progress; the hub shows the step and when it last moved."""
+    progress.tick()
+
+
+def current_probe() -> Probe | None:
+    """This process's probe, if one is running."""
+    if _probe is not None and _probe_pid == os.getpid():
+        return _probe
+    return None
+
+
+def shutdown() -> None:
+    """Stop this process's probe (tests and clean exits; workers need not call it)."""
+    global _probe
+    with _lock:
+        if _probe is not None:
+            _probe.stop()
+        _probe = None

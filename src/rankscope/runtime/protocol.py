@@ -1,0 +1,126 @@
+"""The messages probes, hub and CLI exchange: plain dataclasses, no Ray imports.
+
+Everything here crosses process boundaries through Ray's pickling, so it stays small, typed and
+free of behaviour; the analysis layer reads the same records.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankscope.context import RankContext
+
+
+class ProbeState(str, enum.Enum):
+    """What the hub knows about a registered process."""
+
+    ALIVE = "alive"
+    """Heartbeats arrive on time."""
+    UNRESPONSIVE = "unresponsive"
+    """Heartbeats stopped but the process still exists (GIL held, stopped, swapping)."""
+    DEAD = "dead"
+    """The process (or its node) is gone."""
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    """Sent by a probe when it registers, and again whenever its identity changes."""
+
+    probe_id: str
+    context: RankContext
+    version: str
+    create_time: float
+    """The process's start time (psutil), so a reused pid is never taken for the old one."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One record for the run directory (JSONL), e.g. a finding or a watchdog report."""
+
+    kind: str
+    time: float
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far the training loop got, as counted by `rankscope.step()`."""
+
+    step: int
+    last_progress: float
+    """Wall-clock time of the last `rankscope.step()` (or of probe start when never called)."""
+
+
+@dataclass(frozen=True)
+class PollRequest:
+    """A probe's heartbeat: its progress and the events batched since the last one."""
+
+    probe_id: str
+    progress: Progress
+    events: tuple[Event, ...] = ()
+    dropped_events: int = 0
+    """Events this probe dropped so far because its buffer was full."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """Work for a probe to do on its own thread, e.g. `stacks`."""
+
+    id: str
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PollReply:
+    known: bool
+    """False when the hub does not know this probe (it restarted): register again."""
+    commands: tuple[Command, ...] = ()
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """A probe's answer to one command."""
+
+    probe_id: str
+    ok: bool
+    payload: Any = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeStatus:
+    """One row of the registry, as `rankscope status` shows it."""
+
+    info: ProbeInfo
+    state: ProbeState
+    registered_at: float
+    last_seen: float
+    progress: Progress
+    dropped_events: int
+    dropped_commands: int
+
+    @property
+    def context(self) -> RankContext:
+        return self.info.context
+
+
+@dataclass(frozen=True)
+class FanOutResult:
+    """Replies of every probe asked, and the probes that did not answer before the deadline."""
+
+    replies: tuple[CommandResult, ...]
+    missing: tuple[ProbeStatus, ...]
+    asked: tuple[ProbeStatus, ...]
+
+
+@dataclass(frozen=True)
+class HubInfo:
+    version: str
+    run_dir: str
+    started_at: float
+    jobs: tuple[str, ...]
+    dropped_events: int
+    """Events the hub itself dropped because its writer fell behind."""

@@ -1,0 +1,68 @@
+"""Taking this process's stacks from the probe thread: `sys._current_frames()`, no pause."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+from functools import lru_cache
+from types import FrameType
+from typing import Any
+
+from rankscope.runtime.probe import PROBE_THREAD_NAME, register_handler
+from rankscope.stacks.model import Frame, ThreadStack
+
+_RANKSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_USER_CODE_INSIDE_RANKSCOPE = (os.path.join(_RANKSCOPE_DIR, "demo"),)
+
+
+def capture_threads(skip_probe: bool = True) -> tuple[ThreadStack, ...]:
+    """Stacks of every Python thread in this process, innermost frame first."""
+    names = {t.ident: t for t in threading.enumerate()}
+    main_ident = threading.main_thread().ident
+    stacks = []
+    for ident, top in sys._current_frames().items():
+        thread = names.get(ident)
+        name = thread.name if thread is not None else f"thread-{ident}"
+        if skip_probe and name == PROBE_THREAD_NAME:
+            continue
+        stacks.append(ThreadStack(name, ident, ident == main_ident, _walk(top)))
+    stacks.sort(key=lambda s: (not s.is_main, s.thread_name))
+    return tuple(stacks)
+
+
+@register_handler("stacks")
+def _stacks_command(args: dict[str, Any]) -> tuple[ThreadStack, ...]:
+    return capture_threads()
+
+
+def _walk(frame: FrameType | None) -> tuple[Frame, ...]:
+    frames = []
+    while frame is not None:
+        code = frame.f_code
+        frames.append(
+            Frame(code.co_name, code.co_filename, frame.f_lineno, is_library(code.co_filename))
+        )
+        frame = frame.f_back
+    return tuple(frames)
+
+
+@lru_cache(maxsize=4096)
+def is_library(filename: str) -> bool:
+    """Not the user's code: the standard library, installed packages, rankscope's machinery."""
+    path = os.path.abspath(filename)
+    if filename.startswith("<"):
+        return filename.startswith("<frozen")
+    if path.startswith(_USER_CODE_INSIDE_RANKSCOPE):
+        return False
+    return path.startswith(_library_roots())
+
+
+@lru_cache(maxsize=1)
+def _library_roots() -> tuple[str, ...]:
+    keys = ("stdlib", "platstdlib", "purelib", "platlib")
+    roots = {os.path.abspath(sysconfig.get_paths()[k]) for k in keys}
+    roots.update(p for p in sys.path if "site-packages" in p or "dist-packages" in p)
+    roots.add(_RANKSCOPE_DIR)
+    return tuple(sorted(roots))

@@ -1,0 +1,64 @@
+"""Gathering stacks cluster-wide: ask every probe, then py-spy the ones that did not answer."""
+
+from __future__ import annotations
+
+import time
+
+import ray
+
+from rankscope.runtime.client import HubClient
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.stacks.model import ProcessStacks
+from rankscope.stacks.pyspy import PYSPY_TIMEOUT_S, dump_on_node
+
+DEFAULT_DEADLINE_S = 2.0
+
+
+def collect_stacks(
+    client: HubClient, probes: list[ProbeStatus], *, deadline_s: float = DEFAULT_DEADLINE_S
+) -> list[ProcessStacks]:
+    """Stacks of every process in `probes`, by probe when it answers, else by py-spy."""
+    live = [p for p in probes if p.state != ProbeState.DEAD]
+    result = client.fan_out("stacks", live, deadline_s=deadline_s) if live else None
+    by_id = {p.info.probe_id: p for p in live}
+    gathered: list[ProcessStacks] = []
+    fallback: list[tuple[ProbeStatus, str]] = []
+    if result is not None:
+        for reply in result.replies:
+            status = by_id[reply.probe_id]
+            if reply.ok:
+                gathered.append(ProcessStacks(status, tuple(reply.payload), "probe"))
+            else:
+                fallback.append((status, f"probe failed: {reply.error}"))
+        fallback.extend((s, f"probe did not answer within {deadline_s:g}s") for s in result.missing)
+    gathered.extend(_pyspy_all(fallback))
+    now = time.time()
+    gathered.extend(
+        ProcessStacks(p, (), "none", f"process is dead (last heard {now - p.last_seen:.0f}s ago)")
+        for p in probes
+        if p.state == ProbeState.DEAD
+    )
+    return gathered
+
+
+def _pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:
+    """py-spy every target in parallel, each by a task pinned to the process's node."""
+    if not targets:
+        return []
+    refs = {}
+    for status, why in targets:
+        ctx = status.context
+        refs[dump_on_node(ctx.node_id, ctx.pid)] = (status, why)
+    out = []
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=PYSPY_TIMEOUT_S + 5.0)
+    for ref, (status, why) in refs.items():
+        if ref not in ready:
+            out.append(ProcessStacks(status, (), "none", f"{why}; py-spy did not finish in time"))
+            ray.cancel(ref, force=True)
+            continue
+        try:
+            out.append(ProcessStacks(status, ray.get(ref), "py-spy", why))
+        except Exception as exc:
+            reason = str(getattr(exc, "cause", None) or exc).strip().splitlines()[-1]
+            out.append(ProcessStacks(status, (), "none", f"{why}; {reason}"))
+    return out

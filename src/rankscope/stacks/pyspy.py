@@ -1,0 +1,78 @@
+"""Fallback for processes whose probe cannot answer: py-spy, run on the process's own node.
+
+py-spy reads the target's memory from outside, so it works when the probe thread cannot get
+the GIL (a C extension holding it, a stopped process). Ray[default] installs py-spy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from rankscope.stacks.capture import is_library
+from rankscope.stacks.model import Frame, ThreadStack
+
+PYSPY_TIMEOUT_S = 10.0
+
+
+def pyspy_executable() -> str | None:
+    """py-spy beside this interpreter (a venv's bin/), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+
+
+def dump_local(pid: int, timeout: float = PYSPY_TIMEOUT_S) -> tuple[ThreadStack, ...]:
+    """py-spy's view of a process on this node; raises RuntimeError with py-spy's reason."""
+    exe = pyspy_executable()
+    if exe is None:
+        raise RuntimeError("py-spy is not installed on this node (pip install py-spy)")
+    try:
+        proc = subprocess.run(
+            [exe, "dump", "--pid", str(pid), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"py-spy dump --pid {pid} took over {timeout:.0f}s") from None
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["no output"])[0]
+        raise RuntimeError(f"py-spy dump --pid {pid} failed: {reason}")
+    return parse_pyspy_json(json.loads(proc.stdout), pid)
+
+
+def parse_pyspy_json(threads: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
+    stacks = []
+    for thread in threads:
+        frames = tuple(
+            Frame(f["name"], f["filename"], int(f["line"]), is_library(f["filename"]))
+            for f in thread.get("frames", [])
+        )
+        stacks.append(
+            ThreadStack(
+                thread_name=thread.get("thread_name") or f"thread-{thread['thread_id']}",
+                thread_id=int(thread["thread_id"]),
+                is_main=thread.get("os_thread_id") == pid,
+                frames=frames,
+            )
+        )
+    stacks.sort(key=lambda s: (not s.is_main, s.thread_name))
+    return tuple(stacks)
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _dump_on_node(pid: int) -> tuple[ThreadStack, ...]:
+    return dump_local(pid)
+
+
+def dump_on_node(node_id: str, pid: int) -> ray.ObjectRef:
+    """Start py-spy for `pid` by a Ray task pinned to `node_id`; returns the task's ref."""
+    strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+    return _dump_on_node.options(scheduling_strategy=strategy).remote(pid)
