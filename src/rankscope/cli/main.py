@@ -137,6 +137,9 @@ def demo(
     raise typer.Exit(run_demo(fault=fault, workers=workers, steps=steps, console=out))
 
 
+# Feature command groups (sub-apps) are added here, one line each.
+
+
 def main() -> None:
     app(prog_name="rankscope")
 
