@@ -14,7 +14,11 @@ from rankscope.errors import UserError
 
 LEVELS = ("off", "light", "full")
 HUB_NAME = "rankscope_hub"
-HUB_NAMESPACE = "rankscope"
+
+
+def hub_namespace() -> str:
+    """The Ray namespace of the hub; RANKSCOPE_NAMESPACE gives separate teams separate hubs."""
+    return os.environ.get("RANKSCOPE_NAMESPACE", "rankscope")
 
 
 @dataclass(frozen=True)

@@ -119,11 +119,12 @@ def _env_int(name: str) -> int | None:
 def _static_identity() -> _StaticIdentity:
     global _static
     pid = os.getpid()
-    if _static is not None and _static.pid == pid and _static.job_id:
+    if _static is not None and _static.pid == pid and _static.job_id and _static.actor_id:
         return _static
     with _static_lock:
-        # Read again after a fork, or once Ray is up if we were first asked before ray.init().
-        if _static is None or _static.pid != pid or not _static.job_id:
+        # Read again after a fork, once Ray is up if we were first asked before ray.init(),
+        # and until an actor lives here (a setup hook runs before the actor is created).
+        if _static is None or _static.pid != pid or not _static.job_id or not _static.actor_id:
             _static = _read_static_identity(pid)
         return _static
 

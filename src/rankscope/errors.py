@@ -34,3 +34,7 @@ class VersionMismatchError(UserError):
 
 class HubUnavailableError(RankscopeError):
     """Internal: the hub did not answer in time (it may be restarting)."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint or config that cannot be read or converted: the message names the file."""

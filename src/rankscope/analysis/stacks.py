@@ -101,12 +101,12 @@ def group_stacks(job_id: str, processes: Sequence[ProcessStacks]) -> StackReport
 
 
 def summarize(report: StackReport) -> str | None:
-    """One sentence on where the ranks' main threads are, naming the odd ones out.
+    """One sentence on where the ranks' busy threads are, naming the odd ones out.
 
     Example: `ranks 0-2 wait in all_reduce <- train_step train.py:88; rank 3 is elsewhere:
-    load_batch data.py:41`. None when fewer than two ranked main-thread groups are busy.
+    load_batch data.py:41`. None when fewer than two ranked groups run user code.
     """
-    busy = [g for g in report.groups if g.main_thread and not g.idle]
+    busy = [g for g in report.groups if not g.idle]
     ranked = [g for g in busy if any(m.rank is not None for m in g.members)]
     if len(ranked) < 2:
         return None

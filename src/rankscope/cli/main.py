@@ -22,8 +22,8 @@ app = typer.Typer(
     help="Find what is wrong in distributed training on Ray: hangs, stragglers, dead ranks.",
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 _state = {"debug": False}
 
 F = TypeVar("F", bound=Callable[..., Any])

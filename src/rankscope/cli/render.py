@@ -16,7 +16,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rankscope.analysis.stacks import StackGroup, StackReport
+from rankscope.analysis.stacks import StackGroup, StackReport, summarize
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 from rankscope.stacks.model import Frame
 
@@ -58,6 +58,9 @@ def render_stacks(report: StackReport, *, all_frames: bool = False) -> Renderabl
             style="bold",
         )
     ]
+    finding = summarize(report)
+    if finding:
+        parts.append(Text(f"finding: {finding}", style="bold yellow"))
     for group in report.groups:
         if group.idle and not all_frames:
             parts.append(_render_idle_group(group))
@@ -124,7 +127,7 @@ def display_path(filename: str) -> str:
     for marker in ("/site-packages/", "/dist-packages/"):
         if marker in filename:
             return filename.rsplit(marker, 1)[1]
-    head, sep, tail = filename.rpartition("/lib/python3.")
+    _head, sep, tail = filename.rpartition("/lib/python3.")
     if sep and "/" in tail:
         return tail.split("/", 1)[1]
     return filename

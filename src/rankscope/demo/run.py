@@ -104,7 +104,6 @@ def _run(plan: DemoPlan, console: Console) -> int:
     report = _stacks(client)
     verdict = summarize(report)
     console.print(render_stacks(report))
-    console.print(f"\n[bold]finding[/]: {verdict or 'no odd one out'}")
     found = verdict is not None and f"rank {plan.fault_rank} is elsewhere: load_batch" in verdict
     for actor in actors:
         ray.kill(actor)

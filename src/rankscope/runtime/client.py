@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rankscope._version import __version__
-from rankscope.config import HUB_NAMESPACE
 from rankscope.errors import NoClusterError, NoHubError, VersionMismatchError
 from rankscope.runtime.protocol import FanOutResult, HubInfo, ProbeState, ProbeStatus
 
@@ -38,7 +37,6 @@ def connect(address: str | None) -> None:
     try:
         ray.init(
             address=target,
-            namespace=HUB_NAMESPACE,
             logging_level=logging.ERROR,
             log_to_driver=False,
         )

@@ -23,7 +23,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rankscope._version import __version__
-from rankscope.config import HUB_NAME, HUB_NAMESPACE, Config
+from rankscope.config import HUB_NAME, Config, hub_namespace
 from rankscope.runtime.protocol import (
     Command,
     CommandResult,
@@ -297,7 +297,7 @@ def hub_options(config: Config) -> dict[str, Any]:
     """How the hub is created: detached, restartable, on the head node, costing no CPU."""
     return {
         "name": HUB_NAME,
-        "namespace": HUB_NAMESPACE,
+        "namespace": hub_namespace(),
         "get_if_exists": True,
         "lifetime": "detached",
         "num_cpus": 0,
@@ -316,6 +316,6 @@ def get_or_create_hub(config: Config) -> Any:
 def find_hub() -> Any | None:
     """The running hub, or None; never creates one (the CLI must not start a hub by itself)."""
     try:
-        return ray.get_actor(HUB_NAME, namespace=HUB_NAMESPACE)
+        return ray.get_actor(HUB_NAME, namespace=hub_namespace())
     except ValueError:
         return None

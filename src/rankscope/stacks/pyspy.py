@@ -16,6 +16,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rankscope.runtime.probe import PROBE_THREAD_NAME
 from rankscope.stacks.capture import is_library
 from rankscope.stacks.model import Frame, ThreadStack
 
@@ -51,6 +52,8 @@ def dump_local(pid: int, timeout: float = PYSPY_TIMEOUT_S) -> tuple[ThreadStack,
 def parse_pyspy_json(threads: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
     stacks = []
     for thread in threads:
+        if thread.get("thread_name") == PROBE_THREAD_NAME:
+            continue
         frames = tuple(
             Frame(f["name"], f["filename"], int(f["line"]), is_library(f["filename"]))
             for f in thread.get("frames", [])

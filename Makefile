@@ -1,0 +1,31 @@
+# The two commands of the README do all set-up: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Tests keep Ray's files in a temp dir and never report usage.
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml constraints-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e ".[torch,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/rankscope demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

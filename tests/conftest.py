@@ -1,0 +1,60 @@
+"""One real Ray cluster (two nodes) for the whole session; Ray's files under a temp dir."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+# Before Ray is imported anywhere: these reach every worker the cluster starts.
+_RAY_TMP = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
+os.environ["RAY_TMPDIR"] = _RAY_TMP
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ["RANKSCOPE_HEARTBEAT_INTERVAL"] = "0.25"
+os.environ["RANKSCOPE_DEAD_AFTER"] = "2"
+os.environ["RANKSCOPE_RUN_DIR"] = os.path.join(_RAY_TMP, "runs")
+os.environ.pop("RAY_ADDRESS", None)
+# Actors are defined in tests/workers.py: let the cluster's workers import it.
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_TESTS_DIR, os.environ.get("PYTHONPATH")) if p
+)
+
+import pytest  # noqa: E402
+
+WORKER_NODE_RESOURCE = "second_node"
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[object]:
+    """A head node and a worker node (tagged with a custom resource) on this machine."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 6, "include_dashboard": False},
+    )
+    c.add_node(num_cpus=4, resources={WORKER_NODE_RESOURCE: 100})
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        shutil.rmtree(_RAY_TMP, ignore_errors=True)
+
+
+@pytest.fixture
+def hub(cluster):
+    """The cluster's hub, started the way a probe starts it when none is running yet."""
+    import ray
+
+    from rankscope.config import Config
+    from rankscope.runtime.hub import get_or_create_hub
+
+    handle = get_or_create_hub(Config.from_env())
+    ray.get(handle.ping.remote(), timeout=60)
+    return handle

@@ -1,0 +1,56 @@
+"""Shared test helpers that talk to the session cluster's hub."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterable
+
+import ray
+
+from rankscope.errors import NoHubError
+from rankscope.runtime.client import HubClient
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from workers import wait_until
+
+
+def probes_by_pid(pids: Iterable[int]) -> dict[int, ProbeStatus]:
+    """The hub's records of these pids (newest registration wins)."""
+    wanted = set(pids)
+    found: dict[int, ProbeStatus] = {}
+    try:
+        probes = HubClient.attach().probes()
+    except (NoHubError, ray.exceptions.RayActorError):
+        return found  # between a hub's death and its successor
+    for p in sorted(probes, key=lambda p: p.registered_at):
+        if p.context.pid in wanted:
+            found[p.context.pid] = p
+    return found
+
+
+def wait_registered(pids: list[int], *, ranked: bool = False, timeout: float = 60.0) -> None:
+    def ready() -> bool:
+        found = probes_by_pid(pids)
+        return len(found) == len(pids) and all(
+            p.state == ProbeState.ALIVE and (not ranked or p.context.rank is not None)
+            for p in found.values()
+        )
+
+    wait_until(ready, timeout=timeout, what=f"probes of pids {pids} to register")
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real `rankscope` command in a subprocess, as a user runs it."""
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "rankscope.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def cluster_address() -> str:
+    return str(ray.get_runtime_context().gcs_address)

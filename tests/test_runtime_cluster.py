@@ -1,0 +1,98 @@
+"""The runtime on a real cluster: hub loss, dead workers, zero-code install."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import ray
+from typer.testing import CliRunner
+
+import rankscope.cli.main as cli
+from helpers import cluster_address, probes_by_pid, wait_registered
+from rankscope.config import Config
+from rankscope.runtime.hub import find_hub
+from rankscope.runtime.protocol import ProbeState
+from workers import GlooRank, wait_until
+
+
+def test_workers_keep_training_when_the_hub_dies_and_reregister_with_a_new_one(cluster):
+    actor = ray.remote(num_cpus=0)(GlooRank)
+    workers = [actor.remote(r, 2, explicit_rank=True) for r in range(2)]
+    pids = ray.get([w.pid.remote() for w in workers])
+    wait_registered(pids)
+    training = [w.train.remote(300, 0.02) for w in workers]  # about 6 s of steps
+
+    old_hub = find_hub()
+    ray.kill(old_hub)
+    killed_at = time.time()
+    wait_registered(pids, timeout=30)  # with a new hub: the old one answers nothing
+    reregistered_after = time.time() - killed_at
+
+    assert ray.get(training, timeout=60) == [300, 300]  # training never stopped or failed
+    steps = {pid: p.progress.step for pid, p in probes_by_pid(pids).items()}
+    assert all(s > 0 for s in steps.values()), steps
+    heartbeat = Config.from_env().heartbeat_interval
+    assert reregistered_after < 40 * heartbeat, f"re-registered after {reregistered_after:.1f}s"
+    for w in workers:
+        ray.kill(w)
+
+
+def test_status_shows_a_killed_worker_as_dead_within_the_deadline(cluster):
+    worker = ray.remote(num_cpus=0)(GlooRank).remote(0, 1, explicit_rank=True)
+    pid = ray.get(worker.pid.remote())
+    wait_registered([pid])
+
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.time()
+    wait_until(
+        lambda: probes_by_pid([pid])[pid].state == ProbeState.DEAD,
+        timeout=20,
+        what="the hub to mark the killed worker dead",
+    )
+    noticed_after = time.time() - killed_at
+
+    result = CliRunner().invoke(cli.app, ["status", "--json"])
+    assert result.exit_code == 1  # a dead rank is a finding
+    rows = [p for ps in json.loads(result.output)["data"].values() for p in ps]
+    mine = [r for r in rows if r["info"]["context"]["pid"] == pid]
+    assert mine and mine[0]["state"] == "dead"
+    config = Config.from_env()
+    assert noticed_after < config.dead_after + config.command_deadline + 2.0
+
+
+def test_setup_hook_registers_workers_of_another_job_whose_code_never_imports_rankscope(
+    cluster,
+):
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(os.path.dirname(__file__), "plain_job.py"),
+            cluster_address(),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert job.stdout is not None
+        pid_text, job_id = job.stdout.readline().split()
+        pid = int(pid_text)
+        wait_registered([pid])
+        # the hook runs before the actor exists; the probe re-registers once it does
+        status = wait_until(
+            lambda: (s := probes_by_pid([pid])[pid]).context.actor_class == "PlainWorker" and s,
+            timeout=10,
+            what="the probe to learn its actor class",
+        )
+        assert status.context.job_id == job_id != ray.get_runtime_context().get_job_id()
+        # the registry is keyed by job: that job shows its worker and nothing of ours
+        result = CliRunner().invoke(cli.app, ["status", "--job", job_id, "--json"])
+        rows = json.loads(result.output)["data"][job_id]
+        assert [r["info"]["context"]["pid"] for r in rows if r["state"] == "alive"] == [pid]
+    finally:
+        job.communicate(timeout=60)

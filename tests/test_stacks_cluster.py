@@ -1,0 +1,104 @@
+"""`rankscope stacks` on real gloo ranks in Ray actors, across two nodes."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+import ray
+from typer.testing import CliRunner
+
+import rankscope.cli.main as cli
+from conftest import WORKER_NODE_RESOURCE
+from helpers import cluster_address, probes_by_pid, run_cli, wait_registered
+from rankscope.runtime.protocol import ProbeState
+from workers import GlooRank, form_group, spin_holding_the_gil, wait_for_data, wait_until
+
+
+def _line_of(function: object, text: str) -> int:
+    lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.fixture
+def four_ranks(cluster):
+    """Ranks 0-2 on the head node, rank 3 on the second node, one gloo group."""
+    actor = ray.remote(num_cpus=0)(GlooRank)
+    actors = [actor.remote(r, 4) for r in range(3)]
+    actors.append(actor.options(resources={WORKER_NODE_RESOURCE: 1}).remote(3, 4))
+    form_group(actors)
+    pids = ray.get([a.pid.remote() for a in actors])
+    wait_registered(pids, ranked=True)
+    yield actors, pids
+    for a in actors:
+        ray.kill(a)
+
+
+def test_stacks_groups_the_waiting_ranks_and_names_the_one_that_never_joined(four_ranks, tmp_path):
+    actors, _pids = four_ranks
+    release = tmp_path / "release"
+    running = [a.step_once.remote(str(release) if r == 3 else None) for r, a in enumerate(actors)]
+
+    result = run_cli("stacks", "--address", cluster_address(), "--ranks", "0-3")
+
+    assert result.returncode == 0, result.stderr
+    sleep_line = _line_of(wait_for_data, "time.sleep")
+    reduce_line = _line_of(GlooRank.step_once, "dist.all_reduce")
+    out = result.stdout
+    assert f"rank 3: wait_for_data workers.py:{sleep_line}" in out
+    assert f"ranks 0-2: all_reduce <- step_once workers.py:{reduce_line}" in out
+    # the odd one out comes first, and the one-line finding says it all
+    assert out.index("rank 3: wait_for_data") < out.index("ranks 0-2: all_reduce")
+    assert (
+        f"ranks 0-2 wait in all_reduce <- step_once workers.py:{reduce_line}; "
+        f"rank 3 is elsewhere: wait_for_data workers.py:{sleep_line}"
+    ) in " ".join(out.split())
+
+    release.write_text("go")
+    ray.get(running[3], timeout=30)
+    # rank 3 skipped its all_reduce, so the others stay blocked until killed: that is the hang
+
+
+def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
+    actors, pids = four_ranks
+    release = tmp_path / "release"
+    for r, a in enumerate(actors):
+        a.step_once.remote(str(release) if r == 3 else None)
+
+    result = CliRunner().invoke(cli.app, ["stacks", "--json", "--ranks", "0-3"])
+
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["schema_version"] == 1 and doc["command"] == "stacks"
+    groups = [g for g in doc["data"][0]["groups"] if not all(f["library"] for f in g["frames"])]
+    members = {m["pid"]: m for g in groups for m in g["members"]}
+    assert set(pids) <= set(members)
+    assert {members[p]["rank"] for p in pids} == {0, 1, 2, 3}
+    assert len({members[p]["node_id"] for p in pids}) == 2  # two nodes
+    release.write_text("go")
+
+
+def test_unresponsive_probe_falls_back_to_py_spy_on_the_process_node(cluster):
+    actor = ray.remote(num_cpus=0)(GlooRank).options(resources={WORKER_NODE_RESOURCE: 1})
+    spinner = actor.remote(5, 8, explicit_rank=True)
+    pid = ray.get(spinner.pid.remote())
+    wait_registered([pid])
+    spinner.spin.remote()  # holds the GIL: the probe thread cannot run
+    wait_until(
+        lambda: probes_by_pid([pid])[pid].state == ProbeState.UNRESPONSIVE,
+        timeout=20,
+        what="the hub to mark the spinning rank unresponsive",
+    )
+
+    result = run_cli("stacks", "--address", cluster_address(), "--ranks", "5", "--deadline", "1")
+
+    ray.kill(spinner)
+    assert result.returncode == 0, result.stderr
+    spin_line = _line_of(spin_holding_the_gil, "re.match")
+    out = " ".join(result.stdout.split())
+    assert (
+        f"rank 5: match <- spin_holding_the_gil workers.py:{spin_line} [MainThread; via py-spy]"
+        in out
+    )
+    assert "rankscope-probe" not in out  # our own thread is never shown

@@ -1,0 +1,98 @@
+"""User code the tests run inside Ray actors: gloo ranks that block, stall or spin.
+
+Function names here (wait_for_data, spin_holding_the_gil, ...) are what the tests expect to
+see in `rankscope stacks`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from datetime import timedelta
+
+import ray
+
+
+class GlooRank:
+    """One rank of a gloo group; the probe is started explicitly with rankscope.init()."""
+
+    def __init__(self, rank: int, world_size: int, explicit_rank: bool = False) -> None:
+        import rankscope
+
+        self.rank, self.world_size = rank, world_size
+        if explicit_rank:
+            rankscope.init(rank=rank, world_size=world_size)
+        else:
+            rankscope.init()  # the rank comes from torch.distributed once the group forms
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def address(self) -> tuple[str, int]:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return socket.gethostbyname(socket.gethostname()), s.getsockname()[1]
+
+    def join(self, host: str, port: int) -> None:
+        import torch.distributed as dist
+
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{host}:{port}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=120),
+        )
+
+    def step_once(self, skip_until: str | None = None) -> None:
+        """An all_reduce; a rank given `skip_until` waits for that file to exist instead."""
+        import torch
+        import torch.distributed as dist
+
+        if skip_until is not None:
+            wait_for_data(skip_until)
+            return
+        dist.all_reduce(torch.ones(4))
+
+    def train(self, steps: int, interval: float = 0.02) -> int:
+        """A training loop that only sleeps and counts steps for rankscope."""
+        import rankscope
+
+        for _ in range(steps):
+            time.sleep(interval)
+            rankscope.step()
+        return steps
+
+    def spin(self) -> None:
+        spin_holding_the_gil()
+
+
+def wait_for_data(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.05)
+
+
+def spin_holding_the_gil() -> None:
+    """Catastrophic backtracking: CPython's regex engine keeps the GIL the whole time."""
+    re.match(r"(a|aa)+$", "a" * 64 + "b")
+
+
+def form_group(actors: list) -> None:
+    host, port = ray.get(actors[0].address.remote())
+    ray.get([a.join.remote(host, port) for a in actors], timeout=120)
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    deadline = time.time() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
