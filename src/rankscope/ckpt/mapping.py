@@ -1,0 +1,195 @@
+"""HuggingFace Llama/Qwen2 names <-> Megatron-core GPT names, and how each tensor is TP-split.
+
+One table (`RULES`) drives conversion planning, name translation for `ckpt diff` explanations,
+and the tensor-parallel split of every Megatron-core tensor. No torch here.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rankscope.errors import CheckpointError
+
+__all__ = ["RULES", "Fuse", "Rule", "Step", "TpSplit", "layer_indices", "plan", "translate"]
+
+
+class Fuse(str, enum.Enum):
+    """How HuggingFace tensors become one Megatron-core tensor."""
+
+    COPY = "copy"
+    """One tensor, unchanged."""
+    QKV = "qkv"
+    """q, k, v interleaved group by group: per key-value head, its query heads, then k, then v."""
+    GATE_UP = "gate_up"
+    """gate and up concatenated along dim 0."""
+
+
+class TpSplit(str, enum.Enum):
+    """How Megatron-core splits a tensor across tensor-parallel ranks."""
+
+    REPLICATED = "replicated"
+    """Every rank holds all of it (layer norms)."""
+    COLUMN = "column"
+    """Dim 0 in N contiguous chunks (column-parallel linears, vocab-parallel embedding)."""
+    ROW = "row"
+    """Dim 1 in N contiguous chunks (row-parallel linears)."""
+    GATE_UP = "gate_up"
+    """Column-parallel per half: rank r holds [gate chunk r; up chunk r]."""
+
+
+class Direction(str, enum.Enum):
+    HF_TO_MCORE = "hf-to-mcore"
+    MCORE_TO_HF = "mcore-to-hf"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One Megatron-core tensor and the HuggingFace tensors it is made of (`{i}`: layer)."""
+
+    mcore: str
+    hf: tuple[str, ...]
+    fuse: Fuse
+    tp: TpSplit
+    optional: bool = False
+
+    @property
+    def per_layer(self) -> bool:
+        return "{i}" in self.mcore
+
+
+_L = "model.layers.{i}."
+_M = "decoder.layers.{i}."
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "embedding.word_embeddings.weight",
+        ("model.embed_tokens.weight",),
+        Fuse.COPY,
+        TpSplit.COLUMN,
+    ),
+    Rule(
+        _M + "self_attention.linear_qkv.layer_norm_weight",
+        (_L + "input_layernorm.weight",),
+        Fuse.COPY,
+        TpSplit.REPLICATED,
+    ),
+    Rule(
+        _M + "self_attention.linear_qkv.weight",
+        tuple(_L + f"self_attn.{p}_proj.weight" for p in "qkv"),
+        Fuse.QKV,
+        TpSplit.COLUMN,
+    ),
+    Rule(
+        _M + "self_attention.linear_qkv.bias",
+        tuple(_L + f"self_attn.{p}_proj.bias" for p in "qkv"),
+        Fuse.QKV,
+        TpSplit.COLUMN,
+        optional=True,
+    ),
+    Rule(
+        _M + "self_attention.linear_proj.weight",
+        (_L + "self_attn.o_proj.weight",),
+        Fuse.COPY,
+        TpSplit.ROW,
+    ),
+    Rule(
+        _M + "mlp.linear_fc1.layer_norm_weight",
+        (_L + "post_attention_layernorm.weight",),
+        Fuse.COPY,
+        TpSplit.REPLICATED,
+    ),
+    Rule(
+        _M + "mlp.linear_fc1.weight",
+        (_L + "mlp.gate_proj.weight", _L + "mlp.up_proj.weight"),
+        Fuse.GATE_UP,
+        TpSplit.GATE_UP,
+    ),
+    Rule(_M + "mlp.linear_fc2.weight", (_L + "mlp.down_proj.weight",), Fuse.COPY, TpSplit.ROW),
+    Rule("decoder.final_layernorm.weight", ("model.norm.weight",), Fuse.COPY, TpSplit.REPLICATED),
+    Rule("output_layer.weight", ("lm_head.weight",), Fuse.COPY, TpSplit.COLUMN, optional=True),
+)
+
+_LAYER = {
+    Direction.HF_TO_MCORE: re.compile(r"^model\.layers\.(\d+)\."),
+    Direction.MCORE_TO_HF: re.compile(r"^decoder\.layers\.(\d+)\."),
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One output tensor of a conversion: its name, the source names it reads, and its rule."""
+
+    target: tuple[str, ...]
+    source: tuple[str, ...]
+    rule: Rule
+    layer: int | None
+
+    @property
+    def mcore(self) -> str:
+        return self.rule.mcore.format(i=self.layer)
+
+    @property
+    def hf(self) -> tuple[str, ...]:
+        return tuple(n.format(i=self.layer) for n in self.rule.hf)
+
+
+def layer_indices(names: Iterable[str], direction: Direction) -> list[int]:
+    """Sorted layer numbers that appear in source-side names."""
+    pattern = _LAYER[direction]
+    return sorted({int(m.group(1)) for n in names if (m := pattern.match(n))})
+
+
+def plan(names: Iterable[str], direction: Direction, *, source: str) -> list[Step]:
+    """Every output tensor, in Megatron-core order; errors on partial or unmapped input."""
+    present = set(names)
+    consumed: set[str] = set()
+    steps: list[Step] = []
+    layers = layer_indices(present, direction)
+    ordered: list[tuple[Rule, int | None]] = [(r, None) for r in RULES[:1]]
+    ordered += [(r, i) for i in layers for r in RULES if r.per_layer]
+    ordered += [(r, None) for r in RULES[1:] if not r.per_layer]
+    for rule, layer in ordered:
+        mcore = (rule.mcore.format(i=layer),)
+        hf = tuple(n.format(i=layer) for n in rule.hf)
+        src, dst = (hf, mcore) if direction is Direction.HF_TO_MCORE else (mcore, hf)
+        have = [n for n in src if n in present]
+        if len(have) == len(src):
+            steps.append(Step(target=dst, source=src, rule=rule, layer=layer))
+            consumed.update(src)
+        elif have:
+            missing = ", ".join(n for n in src if n not in present)
+            raise CheckpointError(f"{source}: has {have[0]} but not {missing}")
+        elif not rule.optional:
+            raise CheckpointError(
+                f"{source}: tensor {src[0]} is missing: not a {direction.value.split('-')[0]} "
+                "Llama/Qwen2 checkpoint? (`rankscope ckpt inspect` shows its naming scheme)"
+            )
+    leftover = sorted(present - consumed)
+    if leftover:
+        more = f" and {len(leftover) - 1} more" if len(leftover) > 1 else ""
+        raise CheckpointError(
+            f"{source}: tensor {leftover[0]}{more} has no counterpart in the dense Llama/Qwen2 "
+            f"{direction.value} mapping; nothing was written"
+        )
+    return steps
+
+
+def translate(names: Iterable[str], direction: Direction) -> dict[str, str]:
+    """Name-only translation for explanations: {target name: one source name it comes from}.
+
+    Groups that are incomplete are skipped; shapes are not looked at.
+    """
+    present = set(names)
+    out: dict[str, str] = {}
+    layers = layer_indices(present, direction)
+    for rule in RULES:
+        for layer in layers if rule.per_layer else [None]:
+            mcore = (rule.mcore.format(i=layer),)
+            hf = tuple(n.format(i=layer) for n in rule.hf)
+            src, dst = (hf, mcore) if direction is Direction.HF_TO_MCORE else (mcore, hf)
+            if all(n in present for n in src):
+                for target in dst:
+                    out[target] = src[0]
+    return out

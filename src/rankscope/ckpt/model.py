@@ -1,0 +1,113 @@
+"""Typed records of what a checkpoint holds, without its tensor data.
+
+Every reader (safetensors header, torch file, config.json, live module) produces a `Manifest`;
+analysis and rendering only ever see these dataclasses.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["DTYPE_BITS", "Manifest", "ModelDims", "SourceKind", "TensorInfo"]
+
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
+"""Bits per element of every dtype a safetensors header may name."""
+
+
+class SourceKind(str, enum.Enum):
+    """Where a manifest came from."""
+
+    SAFETENSORS = "safetensors"
+    """One `.safetensors` file, read from its header."""
+    SAFETENSORS_SHARDED = "safetensors-sharded"
+    """Several `.safetensors` files, usually listed by `model.safetensors.index.json`."""
+    TORCH = "torch"
+    """A `.bin` / `.pt` file read with `torch.load(weights_only=True, mmap=True)`."""
+    MCORE_TP = "mcore-tp"
+    """A folder of `mp_rank_NN/` tensor-parallel shards (manifest of rank 0)."""
+    CONFIG = "config"
+    """A HuggingFace `config.json`: the keys and shapes the model it describes expects."""
+    LIVE = "live"
+    """An `nn.Module` or state_dict handed over from Python."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor's name, shape and dtype (safetensors code, e.g. `BF16`; None: unknown)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str | None
+    file: str = ""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        bits = DTYPE_BITS.get(self.dtype or "", 0)
+        return self.numel * bits // 8
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The sizes of a Llama/Qwen2-style decoder, from its config.json."""
+
+    model_type: str
+    num_layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool
+    qkv_bias: bool
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be positive")
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.heads}) must be a multiple of "
+                f"num_key_value_heads ({self.kv_heads})"
+            )
+
+
+@dataclass
+class Manifest:
+    """Every tensor of a checkpoint (or of the model a config describes), in file order."""
+
+    source: str
+    kind: SourceKind
+    tensors: dict[str, TensorInfo]
+    files: tuple[str, ...] = ()
+    metadata: dict[str, str] = field(default_factory=dict)
+    dims: ModelDims | None = None
+    tp_size: int | None = None
+    """Tensor-parallel size when the layout says so (mp_rank_NN folders, rankscope metadata)."""
