@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from rankscope._version import __version__
+from rankscope.cli.ckpt import app as ckpt_app
 from rankscope.errors import UserError
 
 app = typer.Typer(
@@ -138,6 +139,7 @@ def demo(
 
 
 # Feature command groups (sub-apps) are added here, one line each.
+app.add_typer(ckpt_app, name="ckpt", help="Checkpoints: inspect, diff, convert HF <-> mcore.")
 
 
 def main() -> None:
