@@ -96,3 +96,19 @@ def test_setup_hook_registers_workers_of_another_job_whose_code_never_imports_ra
         assert [r["info"]["context"]["pid"] for r in rows if r["state"] == "alive"] == [pid]
     finally:
         job.communicate(timeout=60)
+
+
+def test_exchange_through_the_hub_between_actors_with_no_process_group(cluster):
+    actor = ray.remote(num_cpus=0)(GlooRank)
+    ranks = [actor.remote(r, 3, explicit_rank=True) for r in range(3)]
+
+    together = ray.get([r.exchange.remote("all-three", [0, 1, 2], 30.0) for r in ranks])
+    one_absent = ray.get([r.exchange.remote("rank-2-absent", [0, 1, 2], 1.0) for r in ranks[:2]])
+
+    for result in together:
+        assert result.payloads == {0: {"rank": 0}, 1: {"rank": 1}, 2: {"rank": 2}}
+        assert result.missing == ()
+    for result in one_absent:
+        assert set(result.payloads) == {0, 1} and result.missing == (2,)
+    for r in ranks:
+        ray.kill(r)

@@ -68,6 +68,11 @@ class GlooRank:
             rankscope.step()
         return steps
 
+    def exchange(self, key: str, expected: list[int], deadline_s: float):
+        from rankscope.runtime.rendezvous import exchange
+
+        return exchange(key, self.rank, {"rank": self.rank}, expected, deadline_s=deadline_s)
+
     def spin(self) -> None:
         spin_holding_the_gil()
 

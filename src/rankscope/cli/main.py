@@ -127,7 +127,7 @@ def status(address: Address = None, job: Job = None, as_json: Json = False) -> N
 @user_errors_exit_2
 def demo(
     fault: Annotated[
-        str, typer.Option("--fault", help="Fault to inject: stall (default) or none.")
+        str, typer.Option("--fault", help="Fault to inject (see the demo docs): stall, none, ...")
     ] = "stall",
     workers: Annotated[int, typer.Option("--workers", min=2, max=16)] = 4,
     steps: Annotated[int, typer.Option("--steps", min=1)] = 30,

@@ -136,18 +136,11 @@ def display_path(filename: str) -> str:
 # ------------------------------------------------------------------- status
 def render_status(job_id: str, probes: Sequence[ProbeStatus], now: float | None = None) -> Table:
     now = time.time() if now is None else now
-    table = Table(title=f"job {job_id}: {len(probes)} processes", title_justify="left")
-    for column in (
-        "rank",
-        "node",
-        "pid",
-        "actor",
-        "state",
-        "heartbeat",
-        "step",
-        "progress",
-        "version",
-    ):
+    table = Table(
+        title=f"job {job_id}: {len(probes)} processes (seen, stepped: seconds ago)",
+        title_justify="left",
+    )
+    for column in ("rank", "node", "pid", "actor", "state", "seen", "step", "stepped", "version"):
         table.add_column(column, justify="right" if column in ("rank", "pid", "step") else "left")
     for p in probes:
         ctx = p.context
@@ -157,9 +150,9 @@ def render_status(job_id: str, probes: Sequence[ProbeStatus], now: float | None 
             str(ctx.pid),
             ctx.actor_class or "-",
             Text(p.state.value, style=_STATE_STYLE[p.state]),
-            f"{ago(now, p.last_seen)} ago",
+            ago(now, p.last_seen),
             str(p.progress.step),
-            f"{ago(now, p.progress.last_progress)} ago",
+            ago(now, p.progress.last_progress),
             p.info.version,
         )
     return table

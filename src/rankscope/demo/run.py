@@ -1,29 +1,24 @@
-"""`rankscope demo`: a 4-rank gloo job on an embedded Ray cluster, a fault, and its diagnosis.
+"""`rankscope demo`: a data-parallel gloo job on an embedded Ray cluster, a fault, a diagnosis.
 
 The driver starts a local Ray cluster with the probe installed through
-`worker_process_setup_hook`, trains, waits until progress stops, shows what `rankscope stacks`
-shows, and shuts everything down. Exit code 0 when the injected fault was found.
+`worker_process_setup_hook`, trains, lets the chosen fault's diagnosis find what went wrong,
+and shuts everything down. Exit code 0 when the injected fault was found.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
-from rankscope.analysis.stacks import StackReport, summarize
+from rankscope.demo.faults import fault_names, get_fault
+from rankscope.demo.session import DemoSession
 from rankscope.errors import UserError
 
-if TYPE_CHECKING:
-    from rankscope.runtime.client import HubClient
-
-FAULTS = ("stall", "none")
-STALL_DETECT_S = 2.0
-"""Seconds with no step on any rank before the demo looks at the stacks."""
 STARTUP_TIMEOUT_S = 120.0
 
 
@@ -34,8 +29,8 @@ class DemoPlan:
     steps: int
 
     def __post_init__(self) -> None:
-        if self.fault not in FAULTS:
-            raise UserError(f"--fault {self.fault!r}: choose one of {', '.join(FAULTS)}")
+        if self.fault not in fault_names():
+            raise UserError(f"--fault {self.fault!r}: choose one of {', '.join(fault_names())}")
         if self.fault != "none" and self.steps < 3:
             raise UserError(f"--steps {self.steps}: a fault needs at least 3 steps")
 
@@ -52,6 +47,7 @@ def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:
     plan = DemoPlan(fault, workers, steps)
     import ray
 
+    run_dir = tempfile.mkdtemp(prefix="rankscope-demo-")
     console.print(f"[bold]rankscope demo[/]: {plan.workers} ranks, gloo, fault={plan.fault}")
     ray.init(
         num_cpus=plan.workers,
@@ -60,19 +56,27 @@ def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:
         log_to_driver=False,
         runtime_env={
             "worker_process_setup_hook": "rankscope.setup_worker",
-            "env_vars": {"RANKSCOPE_HEARTBEAT_INTERVAL": "0.5", "OMP_NUM_THREADS": "1"},
+            "env_vars": {
+                "RANKSCOPE_HEARTBEAT_INTERVAL": "0.5",
+                "RANKSCOPE_RUN_DIR": run_dir,
+                "OMP_NUM_THREADS": "1",
+            },
         },
     )
     try:
-        return _run(plan, console)
+        session = _start(plan, console, run_dir)
+        found = get_fault(plan.fault).diagnose(session)
+        for actor in session.actors:
+            ray.kill(actor)
     finally:
         ray.shutdown()
+    console.print(f"demo done ({'found it' if found else 'NOT found'}); run directory: {run_dir}")
+    return 0 if found else 1
 
 
-def _run(plan: DemoPlan, console: Console) -> int:
+def _start(plan: DemoPlan, console: Console, run_dir: str) -> DemoSession:
     import ray
 
-    from rankscope.cli.render import render_stacks, render_status
     from rankscope.demo.train import DemoWorker
 
     worker_cls: Any = ray.remote(num_cpus=1)(DemoWorker)
@@ -84,34 +88,21 @@ def _run(plan: DemoPlan, console: Console) -> int:
     ray.get([a.join.remote(host, port) for a in actors])
     client = _wait_for_probes(plan.workers)
     console.print(f"{plan.workers} ranks joined the gloo group; probes registered; training...")
-    started = time.time()
-    runs = [a.train.remote(plan.steps) for a in actors]
-
-    if plan.fault == "none":
-        losses = ray.get(runs)
-        rate = plan.steps / (time.time() - started)
-        console.print(
-            f"trained {plan.steps} steps at {rate:.1f} steps/s; "
-            f"loss {losses[0][0]:.4f} -> {losses[0][-1]:.4f} on every rank"
-        )
-        job_id = ray.get_runtime_context().get_job_id()
-        ranked = [p for p in client.probes(job_id) if p.context.rank is not None]
-        console.print(render_status(job_id, sorted(ranked, key=lambda p: p.context.rank or 0)))
-        return 0
-
-    _wait_until_stalled(client, plan.workers)
-    console.print(f"no rank has made progress for {STALL_DETECT_S:g}s; taking stacks...\n")
-    report = _stacks(client)
-    verdict = summarize(report)
-    console.print(render_stacks(report))
-    found = verdict is not None and f"rank {plan.fault_rank} is elsewhere: load_batch" in verdict
-    for actor in actors:
-        ray.kill(actor)
-    console.print("demo done: workers stopped, cluster shut down.")
-    return 0 if found else 1
+    return DemoSession(
+        fault=plan.fault,
+        workers=plan.workers,
+        steps=plan.steps,
+        fault_rank=plan.fault_rank,
+        fault_step=plan.fault_step,
+        actors=actors,
+        runs=[a.train.remote(plan.steps) for a in actors],
+        client=client,
+        console=console,
+        run_dir=run_dir,
+    )
 
 
-def _wait_for_probes(count: int) -> HubClient:
+def _wait_for_probes(count: int) -> Any:
     """The hub exists once the first probe created it; wait for every rank to register."""
     from rankscope.runtime.client import HubClient
 
@@ -119,35 +110,9 @@ def _wait_for_probes(count: int) -> HubClient:
     while time.time() < deadline:
         try:
             client = HubClient.attach()
-            ranked = [p for p in client.probes() if p.context.rank is not None]
-            if len(ranked) >= count:
+            if len([p for p in client.probes() if p.context.rank is not None]) >= count:
                 return client
         except UserError:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"the {count} demo ranks did not register within {STARTUP_TIMEOUT_S:.0f}s")
-
-
-def _wait_until_stalled(client: HubClient, count: int) -> None:
-    _poll(
-        lambda: all(
-            time.time() - p.progress.last_progress > STALL_DETECT_S and p.progress.step > 0
-            for p in client.probes()
-            if p.context.rank is not None
-        ),
-        what="the injected stall",
-    )
-
-
-def _poll(done: Callable[[], bool], what: str) -> None:
-    deadline = time.time() + STARTUP_TIMEOUT_S
-    while not done():
-        if time.time() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.25)
-
-
-def _stacks(client: HubClient) -> StackReport:
-    from rankscope.cli.commands import stacks
-
-    return stacks(None, None, None, 2.0, client=client)[0]

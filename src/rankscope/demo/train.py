@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -46,12 +47,21 @@ class DemoWorker:
         )
 
     def train(self, steps: int) -> list[float]:
+        inject = self._fault_hook()
         losses = []
         for step in range(steps):
+            if inject is not None and step >= self.fault_step:
+                inject(self, step)
             inputs, targets = load_batch(self, step)
             losses.append(train_step(self.model, self.optimizer, inputs, targets))
             rankscope.step()
         return losses
+
+    def _fault_hook(self) -> Callable[[DemoWorker, int], None] | None:
+        """The injected fault, on the faulty rank only (the demo's, not a user's, code)."""
+        from rankscope.demo.faults import get_fault
+
+        return get_fault(self.fault).inject if self.rank == self.fault_rank else None
 
     def leave(self) -> None:
         if dist.is_initialized():

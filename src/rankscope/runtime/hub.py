@@ -28,6 +28,7 @@ from rankscope.runtime.protocol import (
     Command,
     CommandResult,
     Event,
+    ExchangeResult,
     FanOutResult,
     HubInfo,
     PollReply,
@@ -38,6 +39,8 @@ from rankscope.runtime.protocol import (
     Progress,
 )
 
+MAX_RENDEZVOUS = 1_000
+"""Open rendezvous kept at once; the oldest is dropped (its waiters get what arrived)."""
 MAX_DEAD_RECORDS = 10_000
 """Dead probes kept so a finished job can still be inspected; the oldest go first."""
 
@@ -67,6 +70,14 @@ class _ProbeRecord:
         )
 
 
+@dataclass
+class _Rendezvous:
+    expected: frozenset[int]
+    payloads: dict[int, Any] = field(default_factory=dict)
+    complete: asyncio.Event = field(default_factory=asyncio.Event)
+    readers: int = 0
+
+
 @ray.remote(num_cpus=0)
 def _process_exists(pid: int, create_time: float) -> bool:
     """Runs on the probe's node: is that very process (not a reused pid) still there?"""
@@ -91,6 +102,7 @@ class Hub:
         )
         self._dropped_events = 0
         self._run_dir = _choose_run_dir(config)
+        self._rendezvous: collections.OrderedDict[str, _Rendezvous] = collections.OrderedDict()
         self._background: list[asyncio.Future[None]] = []
         self._checks: set[asyncio.Future[None]] = set()
 
@@ -173,6 +185,33 @@ class Hub:
         replies = tuple(f.result() for f in futures.values() if f.done())
         missing = tuple(r.status() for r in targets if not futures[r.info.probe_id].done())
         return FanOutResult(replies, missing, tuple(r.status() for r in targets))
+
+    # ------------------------------------------------------------- rendezvous
+    async def exchange(
+        self, key: str, participant: int, payload: Any, expected: list[int], deadline_s: float
+    ) -> ExchangeResult:
+        """All-gather through the hub for processes that share no process group.
+
+        Each participant sends its payload under the same key; the call returns when every
+        expected participant has arrived, or after `deadline_s` with the absent ones named.
+        """
+        rv = self._rendezvous.get(key)
+        if rv is None:
+            rv = self._rendezvous[key] = _Rendezvous(frozenset(expected))
+            while len(self._rendezvous) > MAX_RENDEZVOUS:
+                _, oldest = self._rendezvous.popitem(last=False)
+                oldest.complete.set()
+        rv.payloads[participant] = payload
+        if rv.expected <= rv.payloads.keys():
+            rv.complete.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(rv.complete.wait(), timeout=deadline_s)
+        missing = tuple(sorted(rv.expected - rv.payloads.keys()))
+        result = ExchangeResult(key, dict(rv.payloads), missing)
+        rv.readers += 1
+        if rv.readers >= len(rv.payloads) and self._rendezvous.get(key) is rv:
+            del self._rendezvous[key]  # everyone who came has read it
+        return result
 
     # ------------------------------------------------------------------ reads
     async def list_probes(self, job_id: str | None = None) -> list[ProbeStatus]:

@@ -117,6 +117,15 @@ class FanOutResult:
 
 
 @dataclass(frozen=True)
+class ExchangeResult:
+    """What every participant of one rendezvous sent, and who did not come in time."""
+
+    key: str
+    payloads: dict[int, Any]
+    missing: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class HubInfo:
     version: str
     run_dir: str

@@ -1,0 +1,40 @@
+"""The demo's faults: what each injects into a rank, and how the driver diagnoses it.
+
+Each fault lives in its own module (`fault_<name>.py`) and is listed here once. A fault's
+`inject` runs inside the faulty rank at the start of every step from `fault_step` on; its
+`diagnose` runs on the driver while the job trains and returns True when rankscope found
+what was injected (the demo's exit code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rankscope.demo.session import DemoSession
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    description: str
+    diagnose: Callable[[DemoSession], bool]
+    inject: Callable[[Any, int], None] | None = None
+    """Called as inject(worker, step) in the faulty rank; None for faults built into train.py."""
+
+
+def _registry() -> dict[str, Fault]:
+    from rankscope.demo import fault_none, fault_stall
+
+    faults = [fault_none.FAULT, fault_stall.FAULT]
+    return {f.name: f for f in faults}
+
+
+def fault_names() -> tuple[str, ...]:
+    return tuple(_registry())
+
+
+def get_fault(name: str) -> Fault:
+    return _registry()[name]

@@ -1,0 +1,44 @@
+"""What a fault's diagnosis gets to work with on the driver side of the demo."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from rankscope.runtime.client import HubClient
+    from rankscope.runtime.protocol import ProbeStatus
+
+WAIT_TIMEOUT_S = 120.0
+
+
+@dataclass
+class DemoSession:
+    """The running demo: its ranks (Ray actors), their training calls, and the hub."""
+
+    fault: str
+    workers: int
+    steps: int
+    fault_rank: int
+    fault_step: int
+    actors: list[Any]
+    runs: list[Any]
+    """ObjectRefs of each rank's `train(steps)` call, in rank order."""
+    client: HubClient
+    console: Console
+    run_dir: str
+
+    def ranked_probes(self) -> list[ProbeStatus]:
+        probes = [p for p in self.client.probes() if p.context.rank is not None]
+        return sorted(probes, key=lambda p: p.context.rank or 0)
+
+    def wait_for(self, done: Callable[[], bool], what: str) -> None:
+        deadline = time.time() + WAIT_TIMEOUT_S
+        while not done():
+            if time.time() > deadline:
+                raise RuntimeError(f"the demo timed out waiting for {what}")
+            time.sleep(0.25)
