@@ -10,6 +10,7 @@ EXPECTED = {
     "stacks": {"--address", "--job", "--ranks", "--json", "--deadline", "--all-frames"},
     "status": {"--address", "--job", "--json"},
     "demo": {"--fault", "--workers", "--steps"},
+    "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
 }
 
 

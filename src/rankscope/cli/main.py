@@ -125,6 +125,35 @@ def status(address: Address = None, job: Job = None, as_json: Json = False) -> N
 
 @app.command()
 @user_errors_exit_2
+def diagnose(
+    address: Address = None,
+    job: Job = None,
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="A deeper check: memory_profile.")
+    ] = None,
+    check_debug_ports: Annotated[
+        bool,
+        typer.Option("--check-debug-ports", help="Check every debug session's port."),
+    ] = False,
+    as_json: Json = False,
+) -> None:
+    """Cluster self-checks: environment, memory of every rank, debug ports."""
+    from rankscope.cli.diagnose import run
+
+    raise typer.Exit(
+        run(
+            address=address,
+            job=job,
+            mode=mode,
+            check_debug_ports=check_debug_ports,
+            as_json=as_json,
+            console=out,
+        )
+    )
+
+
+@app.command()
+@user_errors_exit_2
 def demo(
     fault: Annotated[
         str, typer.Option("--fault", help="Fault to inject (see the demo docs): stall, none, ...")
