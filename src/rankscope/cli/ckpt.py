@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -55,7 +55,7 @@ def inspect(
     if as_json:
         out.print_json(to_json("ckpt.inspect", result))
     else:
-        out.print(render_inspection(result))
+        _print(render_inspection(result))
 
 
 @app.command()
@@ -73,7 +73,7 @@ def diff(
     if as_json:
         out.print_json(to_json("ckpt.diff", _diff_json(result)))
     else:
-        out.print(render_diff(result))
+        _print(render_diff(result))
     if not result.matches:
         raise typer.Exit(1)
 
@@ -112,10 +112,16 @@ def convert(
     if as_json:
         out.print_json(to_json("ckpt.convert", result))
     else:
-        out.print(render_convert(result))
+        _print(render_convert(result))
 
 
 # ------------------------------------------------------------------ render
+def _print(parts: list[RenderableType]) -> None:
+    """Text lines are never wrapped or cropped (paths and commands stay copyable)."""
+    for part in parts:
+        out.print(part, soft_wrap=isinstance(part, Text))
+
+
 def human_bytes(n: int) -> str:
     """`1.5 GiB` style."""
     size = float(n)
@@ -137,7 +143,7 @@ def human_count(n: int) -> str:
 _LAYER_NUM = re.compile(r"(?<=layers\.)\d+(?=\.)")
 
 
-def render_inspection(result: Inspection) -> RenderableType:
+def render_inspection(result: Inspection) -> list[RenderableType]:
     scheme = result.scheme
     lines = [
         Text(f"{result.source} ({result.kind.value}, {result.files} files)", style="bold"),
@@ -167,7 +173,7 @@ def render_inspection(result: Inspection) -> RenderableType:
         folded.setdefault(key, []).append(int(m.group(0)) if m else -1)
     for (name, shape, dtype), layers in folded.items():
         table.add_row(name, str(list(shape)), dtype, str(len(layers)))
-    return Group(*lines, table)
+    return [*lines, table]
 
 
 def _diff_json(result: CkptDiff) -> dict[str, Any]:
@@ -178,7 +184,7 @@ def _diff_json(result: CkptDiff) -> dict[str, Any]:
     return data
 
 
-def render_diff(result: CkptDiff) -> RenderableType:
+def render_diff(result: CkptDiff) -> list[RenderableType]:
     verdict = (
         Text("MATCH", style="bold green") if result.matches else Text("MISMATCH", style="bold red")
     )
@@ -220,12 +226,12 @@ def render_diff(result: CkptDiff) -> RenderableType:
         for d in result.dtype_mismatches[:LISTED]:
             table.add_row(d.name, d.expected, d.actual)
         parts.append(table)
-    return Group(*parts)
+    return parts
 
 
-def render_convert(result: ConvertResult) -> RenderableType:
+def render_convert(result: ConvertResult) -> list[RenderableType]:
     check = ", round trip verified bit-exact" if result.verified else ""
-    lines = [
+    lines: list[RenderableType] = [
         Text(
             f"{result.direction}: wrote {result.tensors} tensors "
             f"({human_bytes(result.bytes)}) in {len(result.files)} files, "
@@ -234,4 +240,4 @@ def render_convert(result: ConvertResult) -> RenderableType:
         )
     ]
     lines.extend(Text(f"  {f}") for f in result.files)
-    return Group(*lines)
+    return lines
