@@ -1,0 +1,22 @@
+"""`make bench`: run every benchmarks/bench_*.py in turn; each prints its own medians and ratios."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+
+def main() -> int:
+    failed = []
+    for script in sorted(pathlib.Path(__file__).parent.glob("bench_*.py")):
+        print(f"\n=== {script.name} ===", flush=True)
+        if subprocess.run([sys.executable, str(script)]).returncode != 0:
+            failed.append(script.name)
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
