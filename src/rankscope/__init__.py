@@ -5,6 +5,7 @@ Start the probe with `rankscope.init()` in each worker (or, with no code change,
 from a terminal: `rankscope status`, `rankscope stacks`.
 """
 
+import rankscope.doctor  # noqa: F401  (registers the probe's `environment` command)
 import rankscope.stacks  # noqa: F401  (registers the probe's `stacks` command)
 from rankscope._version import __version__
 from rankscope.context import RankContext, get_context

@@ -1,0 +1,102 @@
+"""What a process runs on: versions, devices, shared memory, the variables NCCL and torch read.
+
+Collected by each probe (command `environment`) so that `rankscope diagnose` can compare them
+across every rank of the job and name the ones that differ.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankscope._version import __version__
+from rankscope.runtime.probe import register_handler
+
+WATCHED_VARIABLE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "TORCH_DISTRIBUTED_")
+WATCHED_VARIABLES = (
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+)
+
+
+@dataclass(frozen=True)
+class EnvironmentFacts:
+    python: str
+    platform: str
+    rankscope: str
+    ray: str
+    torch: str | None
+    cuda: str | None
+    nccl: str | None
+    gpus: tuple[str, ...]
+    shm_total_bytes: int | None
+    shm_free_bytes: int | None
+    variables: dict[str, str] = field(default_factory=dict)
+
+
+def collect_facts() -> EnvironmentFacts:
+    """This process's facts; never imports torch when the job did not."""
+    import ray
+
+    torch = sys.modules.get("torch")
+    shm = _disk("/dev/shm")
+    return EnvironmentFacts(
+        python=platform.python_version(),
+        platform=platform.platform(terse=True),
+        rankscope=__version__,
+        ray=ray.__version__,
+        torch=getattr(torch, "__version__", None),
+        cuda=_torch_cuda_version(torch),
+        nccl=_nccl_version(torch),
+        gpus=_gpu_names(torch),
+        shm_total_bytes=shm[0] if shm else None,
+        shm_free_bytes=shm[1] if shm else None,
+        variables={
+            k: v
+            for k, v in sorted(os.environ.items())
+            if k in WATCHED_VARIABLES or k.startswith(WATCHED_VARIABLE_PREFIXES)
+        },
+    )
+
+
+@register_handler("environment")
+def _environment_command(args: dict[str, Any]) -> EnvironmentFacts:
+    return collect_facts()
+
+
+def _disk(path: str) -> tuple[int, int] | None:
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return None
+    return usage.total, usage.free
+
+
+def _torch_cuda_version(torch: Any) -> str | None:
+    return None if torch is None else getattr(torch.version, "cuda", None)
+
+
+def _nccl_version(torch: Any) -> str | None:
+    try:
+        if torch is None or not torch.cuda.is_available():
+            return None
+        return ".".join(str(p) for p in torch.cuda.nccl.version())
+    except Exception:
+        return None
+
+
+def _gpu_names(torch: Any) -> tuple[str, ...]:
+    try:
+        if torch is None or not torch.cuda.is_available():
+            return ()
+        return tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    except Exception:
+        return ()
