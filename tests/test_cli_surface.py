@@ -9,6 +9,7 @@ import rankscope.cli.main as cli
 EXPECTED = {
     "stacks": {"--address", "--job", "--ranks", "--json", "--deadline", "--all-frames"},
     "status": {"--address", "--job", "--json"},
+    "hang": {"--address", "--job", "--json", "--min-wait"},
     "demo": {"--fault", "--workers", "--steps"},
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
 }

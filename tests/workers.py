@@ -18,14 +18,21 @@ import ray
 class GlooRank:
     """One rank of a gloo group; the probe is started explicitly with rankscope.init()."""
 
-    def __init__(self, rank: int, world_size: int, explicit_rank: bool = False) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        explicit_rank: bool = False,
+        hang_timeout: float | None = None,
+    ) -> None:
         import rankscope
 
         self.rank, self.world_size = rank, world_size
+        self.groups: dict[str, object] = {}
         if explicit_rank:
-            rankscope.init(rank=rank, world_size=world_size)
-        else:
-            rankscope.init()  # the rank comes from torch.distributed once the group forms
+            rankscope.init(rank=rank, world_size=world_size, hang_timeout=hang_timeout)
+        else:  # the rank comes from torch.distributed once the group forms
+            rankscope.init(hang_timeout=hang_timeout)
 
     def pid(self) -> int:
         return os.getpid()
@@ -58,6 +65,44 @@ class GlooRank:
             wait_for_data(skip_until)
             return
         dist.all_reduce(torch.ones(4))
+
+    def all_reduce_of(self, size: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        dist.all_reduce(torch.ones(size))
+
+    def make_groups(self, layout: dict[str, list[list[int]]]) -> None:
+        """Every rank creates every group, in the same order; keeps the ones it belongs to."""
+        import torch.distributed as dist
+
+        for kind, groups in layout.items():
+            for members in groups:
+                group = dist.new_group(members)
+                if self.rank in members:
+                    self.groups[kind] = group
+
+    def group_all_reduce(self, kind: str, skip_until: str | None = None) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if skip_until is not None:
+            wait_for_data(skip_until)
+            return
+        dist.all_reduce(torch.ones(2), group=self.groups[kind])
+
+    def reduce_steps(self, steps: int) -> int:
+        """A training loop of small all_reduces, marking each step for rankscope."""
+        import torch
+        import torch.distributed as dist
+
+        import rankscope
+
+        for _ in range(steps):
+            dist.all_reduce(torch.ones(4))
+            rankscope.step()
+            time.sleep(0.01)
+        return steps
 
     def train(self, steps: int, interval: float = 0.02) -> int:
         """A training loop that only sleeps and counts steps for rankscope."""

@@ -5,10 +5,12 @@ Start the probe with `rankscope.init()` in each worker (or, with no code change,
 from a terminal: `rankscope status`, `rankscope stacks`.
 """
 
-import rankscope.doctor  # noqa: F401  (registers the probe's `environment` command)
-import rankscope.stacks  # noqa: F401  (registers the probe's `stacks` command)
+import rankscope.doctor  # registers the probe's `environment` command
+import rankscope.hang  # collective recorder, watchdog, `collectives` command
+import rankscope.stacks  # registers the probe's `stacks` command
 from rankscope._version import __version__
 from rankscope.context import RankContext, get_context
+from rankscope.hang import record_collectives
 from rankscope.runtime.api import current_probe, init, setup_worker, shutdown, step
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "current_probe",
     "get_context",
     "init",
+    "record_collectives",
     "setup_worker",
     "shutdown",
     "step",

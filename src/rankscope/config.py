@@ -42,13 +42,16 @@ class Config:
     mailbox_size: int = 64
     """Commands waiting for one probe; beyond it the oldest is dropped and counted."""
     reconnect_max_backoff: float = 10.0
+    hang_timeout: float = 300.0
+    """Seconds inside one collective, or without a `rankscope.step()`, before the watchdog
+    writes a cluster-wide hang report."""
     run_dir: str = ""
     """Where the hub writes events and reports; empty: inside the Ray session directory."""
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise UserError(f"RANKSCOPE_LEVEL={self.level!r} is not one of {', '.join(LEVELS)}")
-        for name in ("heartbeat_interval", "dead_after", "command_deadline"):
+        for name in ("heartbeat_interval", "dead_after", "command_deadline", "hang_timeout"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
 

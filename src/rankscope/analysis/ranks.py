@@ -30,7 +30,7 @@ def parse_rank_spec(spec: str) -> frozenset[int]:
 
 
 def format_ranks(ranks: Iterable[int]) -> str:
-    """{0, 1, 2, 4, 5, 6, 7} -> `"0-2,4-7"`."""
+    """{0, 1, 2, 4, 5, 6, 7} -> `"0-2,4-7"`; a run of two stays a list: {0, 1} -> `"0,1"`."""
     ordered = sorted(set(ranks))
     runs: list[str] = []
     start = prev = None
@@ -47,4 +47,6 @@ def format_ranks(ranks: Iterable[int]) -> str:
 
 
 def _run(start: int, end: int | None) -> str:
-    return str(start) if end is None or end == start else f"{start}-{end}"
+    if end is None or end == start:
+        return str(start)
+    return f"{start},{end}" if end == start + 1 else f"{start}-{end}"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rankscope.analysis.ranks import format_ranks
-from rankscope.stacks.model import Frame, ProcessStacks, ThreadStack
+from rankscope.stacks.model import Frame, ProcessStacks, ThreadStack, headline
 
 
 @dataclass(frozen=True)
@@ -119,19 +119,6 @@ def summarize(report: StackReport) -> str | None:
         for g in others
     )
     return text
-
-
-def headline(frames: Sequence[Frame]) -> str:
-    """The innermost call, and the user's frame that led there when they differ."""
-    if not frames:
-        return "(no Python frames)"
-    inner = frames[0]
-    user = next((f for f in frames if not f.library), None)
-    if user is None:
-        return f"{inner.function} {inner.location}"
-    if user is inner:
-        return f"{user.function} {user.location}"
-    return f"{inner.function} <- {user.function} {user.location}"
 
 
 def label_members(members: Sequence[StackMember]) -> str:

@@ -177,9 +177,9 @@ def render_inspection(result: Inspection) -> list[RenderableType]:
 
 
 def _diff_json(result: CkptDiff) -> dict[str, Any]:
-    from rankscope.cli.render import _plain
+    from rankscope.serialize import plain
 
-    data: dict[str, Any] = _plain(result)
+    data: dict[str, Any] = plain(result)
     data["matches"] = result.matches
     return data
 

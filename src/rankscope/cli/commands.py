@@ -7,16 +7,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rankscope.analysis.hang import HangReport
 from rankscope.analysis.ranks import parse_rank_spec
 from rankscope.analysis.selection import filter_ranks, select_jobs
 from rankscope.analysis.stacks import StackReport, group_stacks
-from rankscope.cli.render import render_stacks, render_status, to_json
+from rankscope.cli.render import render_hang, render_stacks, render_status, to_json
 from rankscope.errors import UserError
 from rankscope.runtime.client import HubClient, check_probe_versions
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 from rankscope.stacks.collect import collect_stacks
 
-__all__ = ["any_lost", "json_of", "render_stacks", "render_status", "stacks", "status"]
+__all__ = [
+    "any_lost",
+    "hang",
+    "json_of",
+    "render_hang",
+    "render_stacks",
+    "render_status",
+    "stacks",
+    "status",
+]
 
 
 def status(address: str | None, job: str | None) -> dict[str, list[ProbeStatus]]:
@@ -43,6 +53,16 @@ def stacks(
             )
         reports.append(group_stacks(job_id, collect_stacks(client, chosen, deadline_s=deadline_s)))
     return reports
+
+
+def hang(address: str | None, job: str | None, min_wait_s: float) -> list[HangReport]:
+    from rankscope.hang.collect import hang_report
+
+    client = HubClient.attach(address)
+    return [
+        hang_report(client, job_id, probes, min_wait_s=min_wait_s)
+        for job_id, probes in _jobs(client, job).items()
+    ]
 
 
 def _jobs(client: HubClient, job: str | None) -> dict[str, list[ProbeStatus]]:

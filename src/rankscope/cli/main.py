@@ -109,6 +109,30 @@ def stacks(
 
 @app.command()
 @user_errors_exit_2
+def hang(
+    address: Address = None,
+    job: Job = None,
+    as_json: Json = False,
+    min_wait: Annotated[
+        float,
+        typer.Option("--min-wait", help="Seconds in one collective before it counts as stuck."),
+    ] = 5.0,
+) -> None:
+    """Which rank hangs, in which collective, and where: collectives aligned across ranks."""
+    from rankscope.cli import commands
+
+    reports = commands.hang(address, job, min_wait)
+    if as_json:
+        out.print_json(commands.json_of("hang", reports))
+    else:
+        for report in reports:
+            out.print(commands.render_hang(report))
+    if any(not r.ok for r in reports):
+        raise typer.Exit(1)
+
+
+@app.command()
+@user_errors_exit_2
 def status(address: Address = None, job: Job = None, as_json: Json = False) -> None:
     """Every registered process: rank, node, pid, actor, state, last heartbeat, version."""
     from rankscope.cli import commands

@@ -5,8 +5,6 @@ Both come from the same dataclasses, so the table and the JSON never disagree.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
 import time
 from collections.abc import Sequence
@@ -16,8 +14,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from rankscope.analysis.hang import FindingKind, HangReport
+from rankscope.analysis.ranks import format_ranks
 from rankscope.analysis.stacks import StackGroup, StackReport, summarize
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.serialize import plain
 from rankscope.stacks.model import Frame
 
 SCHEMA_VERSION = 1
@@ -28,25 +29,9 @@ INNER_LIBRARY_FRAMES_SHOWN = 2
 def to_json(command: str, data: Any) -> str:
     """`{"schema_version": 1, "command": ..., "data": ...}` from dataclasses and enums."""
     return json.dumps(
-        {"schema_version": SCHEMA_VERSION, "command": command, "data": _plain(data)},
+        {"schema_version": SCHEMA_VERSION, "command": command, "data": plain(data)},
         indent=2,
     )
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        for name in ("label", "location"):
-            if hasattr(type(value), name):
-                fields[name] = getattr(value, name)
-        return fields
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_plain(v) for v in value]
-    return value
 
 
 # ------------------------------------------------------------------- stacks
@@ -131,6 +116,39 @@ def display_path(filename: str) -> str:
     if sep and "/" in tail:
         return tail.split("/", 1)[1]
     return filename
+
+
+# --------------------------------------------------------------------- hang
+_FINDING_STYLE = {
+    FindingKind.HANG: "bold red",
+    FindingKind.MISMATCH: "bold red",
+    FindingKind.CROSS_GROUP: "bold red",
+    FindingKind.DEAD: "bold red",
+}
+
+
+def render_hang(report: HangReport) -> RenderableType:
+    lines: list[RenderableType] = []
+    verdict = "healthy: no rank is stuck" if report.ok else f"{len(report.findings)} finding(s)"
+    lines.append(Text(f"job {report.job_id}: {verdict}", style="bold"))
+    for finding in report.findings:
+        text = Text(f"{finding.kind.value}: ", style=_FINDING_STYLE[finding.kind])
+        text.append(finding.message)
+        lines.append(text)
+    for group in report.groups:
+        waiting = f"; in a collective: {format_ranks(group.waiting)}" if group.waiting else ""
+        lines.append(
+            Text(
+                f"  group {group.group} (ranks {format_ranks(group.ranks)}): "
+                f"last #{group.last_seq}{waiting}",
+                style="dim",
+            )
+        )
+    if report.missing_ranks:
+        lines.append(
+            Text(f"  no evidence from ranks {format_ranks(report.missing_ranks)}", style="yellow")
+        )
+    return Group(*lines)
 
 
 # ------------------------------------------------------------------- status

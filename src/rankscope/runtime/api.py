@@ -29,6 +29,7 @@ def init(
     local_rank: int | None = None,
     level: str | None = None,
     heartbeat_interval: float | None = None,
+    hang_timeout: float | None = None,
 ) -> Probe | None:
     """Start this process's probe (idempotent); returns None when rankscope is off.
 
@@ -40,7 +41,9 @@ def init(
     with _lock:
         if _probe is not None and _probe.alive and _probe_pid == os.getpid():
             return _probe
-        config = Config.from_env(level=level, heartbeat_interval=heartbeat_interval)
+        config = Config.from_env(
+            level=level, heartbeat_interval=heartbeat_interval, hang_timeout=hang_timeout
+        )
         if config.level == "off" or os.environ.get("RANKSCOPE_ROLE") == "hub":
             return None
         _start(config)

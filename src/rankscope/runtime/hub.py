@@ -54,6 +54,7 @@ class _ProbeRecord:
     state: ProbeState = ProbeState.ALIVE
     dropped_events: int = 0
     dropped_commands: int = 0
+    summaries: dict[str, Any] = field(default_factory=dict)
     mailbox: collections.deque[Command] = field(default_factory=collections.deque)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     checking: bool = False
@@ -67,6 +68,7 @@ class _ProbeRecord:
             progress=self.progress,
             dropped_events=self.dropped_events,
             dropped_commands=self.dropped_commands,
+            summaries=self.summaries,
         )
 
 
@@ -103,6 +105,7 @@ class Hub:
         self._dropped_events = 0
         self._run_dir = _choose_run_dir(config)
         self._rendezvous: collections.OrderedDict[str, _Rendezvous] = collections.OrderedDict()
+        self._claims: dict[tuple[str, str], float] = {}
         self._background: list[asyncio.Future[None]] = []
         self._checks: set[asyncio.Future[None]] = set()
 
@@ -130,6 +133,7 @@ class Hub:
         record.state = ProbeState.ALIVE
         record.progress = request.progress
         record.dropped_events = request.dropped_events
+        record.summaries = request.summaries
         for event in request.events:
             self._enqueue_event(record.info.context.job_id, record.info.probe_id, event)
         if not record.mailbox:
@@ -212,6 +216,22 @@ class Hub:
         if rv.readers >= len(rv.payloads) and self._rendezvous.get(key) is rv:
             del self._rendezvous[key]  # everyone who came has read it
         return result
+
+    # -------------------------------------------------------------- artifacts
+    async def claim(self, job_id: str, key: str, ttl_s: float) -> bool:
+        """True for the first caller per (job, key) within `ttl_s`: one report, not one per rank."""
+        now = time.time()
+        self._claims = {k: t for k, t in self._claims.items() if t > now}
+        if (job_id, key) in self._claims:
+            return False
+        self._claims[(job_id, key)] = now + ttl_s
+        return True
+
+    async def write_artifact(self, job_id: str, name: str, text: str) -> str:
+        """Write `<run_dir>/<job>/<name>` atomically (temp name, then rename); returns its path."""
+        if os.path.basename(name) != name or name.startswith("."):
+            raise ValueError(f"artifact name {name!r} must be a plain file name")
+        return await asyncio.to_thread(_write_atomically, self._run_dir, job_id, name, text)
 
     # ------------------------------------------------------------------ reads
     async def list_probes(self, job_id: str | None = None) -> list[ProbeStatus]:
@@ -314,6 +334,16 @@ def _append_events(run_dir: str, batch: list[tuple[str, str, Event]]) -> None:
         os.makedirs(job_dir, exist_ok=True)
         with open(os.path.join(job_dir, "events.jsonl"), "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
+
+
+def _write_atomically(run_dir: str, job_id: str, name: str, text: str) -> str:
+    job_dir = os.path.join(run_dir, job_id or "no-job")
+    os.makedirs(job_dir, exist_ok=True)
+    path = os.path.join(job_dir, name)
+    with tempfile.NamedTemporaryFile("w", dir=job_dir, delete=False, encoding="utf-8") as f:
+        f.write(text)
+    os.replace(f.name, path)
+    return path
 
 
 def _choose_run_dir(config: Config) -> str:

@@ -35,7 +35,11 @@ log = logging.getLogger("rankscope")
 
 PROBE_THREAD_NAME = "rankscope-probe"
 Handler = Callable[[dict[str, Any]], Any]
+Summary = Callable[[], Any]
+Startup = Callable[["Probe"], None]
 _HANDLERS: dict[str, Handler] = {}
+_SUMMARIES: dict[str, Summary] = {}
+_STARTUPS: list[Startup] = []
 
 
 def register_handler(kind: str) -> Callable[[Handler], Handler]:
@@ -46,6 +50,22 @@ def register_handler(kind: str) -> Callable[[Handler], Handler]:
         return fn
 
     return decorate
+
+
+def register_summary(name: str) -> Callable[[Summary], Summary]:
+    """Send `fn()` with every heartbeat, so the hub keeps what this process last reported."""
+
+    def decorate(fn: Summary) -> Summary:
+        _SUMMARIES[name] = fn
+        return fn
+
+    return decorate
+
+
+def register_startup(fn: Startup) -> Startup:
+    """Run `fn(probe)` when a probe starts (e.g. install a recorder, start a watchdog)."""
+    _STARTUPS.append(fn)
+    return fn
 
 
 class _ProgressCounter:
@@ -87,6 +107,11 @@ class Probe:
     # ---------------------------------------------------------------- public
     def start(self) -> None:
         self._thread.start()
+        for startup in _STARTUPS:
+            try:
+                startup(self)
+            except Exception as exc:  # a broken feature must not stop the probe
+                log.warning("rankscope: %s failed to start: %s", startup.__qualname__, exc)
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
@@ -129,7 +154,9 @@ class Probe:
         if self._hub is None or _identity(context) != _identity(self._registered):
             self._register(context)
         events = self._take_events()
-        request = PollRequest(self.probe_id, progress.snapshot(), events, self._dropped_events)
+        request = PollRequest(
+            self.probe_id, progress.snapshot(), events, self._dropped_events, _summaries()
+        )
         wait_s = self.config.heartbeat_interval
         try:
             reply = ray.get(
@@ -187,6 +214,16 @@ class Probe:
             keep = events[max(0, len(events) - room) :]
             self._dropped_events += len(events) - len(keep)
             self._events.extendleft(reversed(keep))
+
+
+def _summaries() -> dict[str, Any]:
+    out = {}
+    for name, fn in _SUMMARIES.items():
+        try:
+            out[name] = fn()
+        except Exception as exc:
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
 
 
 def _identity(context: RankContext | None) -> RankContext | None:

@@ -62,6 +62,9 @@ class PollRequest:
     events: tuple[Event, ...] = ()
     dropped_events: int = 0
     """Events this probe dropped so far because its buffer was full."""
+    summaries: dict[str, Any] = field(default_factory=dict)
+    """Each feature's latest small summary (last collectives, main-thread stack, ...), kept by
+    the hub so that what a process last reported survives its death."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class ProbeStatus:
     progress: Progress
     dropped_events: int
     dropped_commands: int
+    summaries: dict[str, Any] = field(default_factory=dict)
 
     @property
     def context(self) -> RankContext:

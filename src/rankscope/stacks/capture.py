@@ -27,7 +27,7 @@ def capture_threads(skip_probe: bool = True) -> tuple[ThreadStack, ...]:
         name = thread.name if thread is not None else f"thread-{ident}"
         if skip_probe and name == PROBE_THREAD_NAME:
             continue
-        stacks.append(ThreadStack(name, ident, ident == main_ident, _walk(top)))
+        stacks.append(ThreadStack(name, ident, ident == main_ident, walk(top)))
     stacks.sort(key=lambda s: (not s.is_main, s.thread_name))
     return tuple(stacks)
 
@@ -37,7 +37,7 @@ def _stacks_command(args: dict[str, Any]) -> tuple[ThreadStack, ...]:
     return capture_threads()
 
 
-def _walk(frame: FrameType | None) -> tuple[Frame, ...]:
+def walk(frame: FrameType | None) -> tuple[Frame, ...]:
     frames = []
     while frame is not None:
         code = frame.f_code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rankscope.runtime.protocol import ProbeStatus
@@ -39,3 +40,16 @@ class ProcessStacks:
     source: str
     """`probe` (answered itself), `py-spy` (taken from outside), or `none` (both failed)."""
     error: str = ""
+
+
+def headline(frames: Sequence[Frame]) -> str:
+    """The innermost call, and the user's frame that led there when they differ."""
+    if not frames:
+        return "(no Python frames)"
+    inner = frames[0]
+    user = next((f for f in frames if not f.library), None)
+    if user is None:
+        return f"{inner.function} {inner.location}"
+    if user is inner:
+        return f"{user.function} {user.location}"
+    return f"{inner.function} <- {user.function} {user.location}"

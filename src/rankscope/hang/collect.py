@@ -1,0 +1,67 @@
+"""Gathering hang evidence cluster-wide and turning it into a report (CLI and watchdog)."""
+
+from __future__ import annotations
+
+import time
+
+from rankscope.analysis.hang import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
+from rankscope.hang.death import explain_deaths
+from rankscope.hang.model import RecorderSnapshot
+from rankscope.runtime.client import HubClient
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.stacks.collect import collect_stacks
+from rankscope.stacks.model import headline
+
+DEADLINE_S = 2.0
+
+
+def hang_report(
+    client: HubClient,
+    job_id: str,
+    probes: list[ProbeStatus],
+    *,
+    min_wait_s: float = DEFAULT_MIN_WAIT_S,
+    deadline_s: float = DEADLINE_S,
+) -> HangReport:
+    """Ask every ranked probe for its recorder and stack; use last words for the silent."""
+    ranked = [p for p in probes if p.context.rank is not None]
+    ranked = _newest_per_rank(ranked)
+    live = [p for p in ranked if p.state != ProbeState.DEAD]
+    answers = client.fan_out("collectives", live, deadline_s=deadline_s) if live else None
+    snapshots: dict[str, RecorderSnapshot] = {}
+    if answers is not None:
+        snapshots = {r.probe_id: r.payload for r in answers.replies if r.ok}
+    where = {
+        s.status.info.probe_id: headline(main.frames)
+        for s in collect_stacks(client, live, deadline_s=deadline_s)
+        for main in s.threads[:1]
+        if main.is_main
+    }
+    dead = [p for p in ranked if p.state == ProbeState.DEAD]
+    deaths = explain_deaths(dead) if dead else {}
+    evidence = []
+    for p in ranked:
+        pid = p.info.probe_id
+        snapshot = snapshots.get(pid) or p.summaries.get("collectives")
+        if not isinstance(snapshot, RecorderSnapshot):
+            snapshot = RecorderSnapshot((), {}, 0, False)
+        evidence.append(
+            RankEvidence(
+                rank=p.context.rank or 0,
+                records=snapshot.records,
+                groups=snapshot.groups,
+                where=where.get(pid) or p.summaries.get("where"),
+                dead=p.state == ProbeState.DEAD,
+                death=deaths.get(pid, ""),
+                last_seen=p.last_seen,
+            )
+        )
+    return analyze_hang(job_id, evidence, time.time(), min_wait_s)
+
+
+def _newest_per_rank(probes: list[ProbeStatus]) -> list[ProbeStatus]:
+    """A restarted rank registers again; its newest process speaks for it, unless all died."""
+    best: dict[int, ProbeStatus] = {}
+    for p in sorted(probes, key=lambda p: (p.state != ProbeState.DEAD, p.registered_at)):
+        best[p.context.rank or 0] = p
+    return sorted(best.values(), key=lambda p: p.context.rank or 0)

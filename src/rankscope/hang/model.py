@@ -1,0 +1,61 @@
+"""Records of collective calls, as the recorder keeps them and the analysis reads them."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+
+class CallState(str, enum.Enum):
+    STARTED = "started"
+    """Entered and not yet returned (or, for async work, not yet waited on)."""
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One torch.distributed call on one rank."""
+
+    group: str
+    """The process group's name (`0` is the default group), the same on every member."""
+    seq: int
+    """The group's sequence number of this call (torch's own counter when it has one)."""
+    op: str
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    start: float
+    end: float | None
+    state: CallState
+    caller: str
+    """file:line of the code that called torch.distributed."""
+    p2p: bool = False
+
+    @property
+    def numel(self) -> int:
+        return sum(math.prod(s) for s in self.shapes)
+
+    @property
+    def signature(self) -> str:
+        """`all_reduce(float32[4])`: what must match across ranks at one sequence number."""
+        return f"{self.op}({self.tensors})"
+
+    @property
+    def tensors(self) -> str:
+        parts = [
+            f"{d}[{','.join(map(str, s))}]" for s, d in zip(self.shapes, self.dtypes, strict=True)
+        ]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class RecorderSnapshot:
+    """What a probe answers to `collectives`: its ring buffer and the groups it has seen."""
+
+    records: tuple[CollectiveRecord, ...]
+    groups: dict[str, tuple[int, ...]]
+    """Group name -> global ranks of its members."""
+    dropped: int
+    """Records pushed out of the ring buffer since the start."""
+    recording: bool

@@ -1,0 +1,309 @@
+"""The collective recorder: every torch.distributed call, per process group, in a ring buffer.
+
+The public functions of `torch.distributed` are replaced by thin wrappers (the namespace user
+code and libraries call through), so any backend is seen: gloo, nccl, others. Sequence numbers
+come from the process group's own counter when torch keeps one, so ranks stay aligned even when
+a probe started late; otherwise from a counter of ours per group. Async work is completed when
+its `wait()` returns. The wrapper costs about a microsecond and never changes what the call
+does or raises.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+)
+POINT_TO_POINT = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+DEFAULT_CAPACITY = 2000
+
+
+class _Entry:
+    """Mutable while the call runs; turned into a frozen CollectiveRecord on snapshot."""
+
+    __slots__ = ("caller", "dtypes", "end", "group", "op", "p2p", "seq", "shapes", "start", "state")
+
+    def __init__(
+        self,
+        group: str,
+        seq: int,
+        op: str,
+        shapes: tuple[Any, ...],
+        dtypes: tuple[Any, ...],
+        caller: str,
+        p2p: bool,
+    ) -> None:
+        self.group, self.seq, self.op = group, seq, op
+        self.shapes, self.dtypes, self.caller, self.p2p = shapes, dtypes, caller, p2p
+        self.start = time.time()
+        self.end: float | None = None
+        self.state = CallState.STARTED
+
+    def finish(self, state: CallState) -> None:
+        self.end = time.time()
+        self.state = state
+
+    def freeze(self) -> CollectiveRecord:
+        return CollectiveRecord(
+            group=self.group,
+            seq=self.seq,
+            op=self.op,
+            shapes=tuple(tuple(int(d) for d in s) for s in self.shapes),
+            dtypes=tuple(str(d).removeprefix("torch.") for d in self.dtypes),
+            start=self.start,
+            end=self.end,
+            state=self.state,
+            caller=self.caller,
+            p2p=self.p2p,
+        )
+
+
+class CollectiveRecorder:
+    """The ring buffer and the per-group bookkeeping; one per process."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.entries: collections.deque[_Entry] = collections.deque(maxlen=capacity)
+        self.total = 0
+        self._groups: dict[int, tuple[str, tuple[int, ...], Any]] = {}
+        self._own_seq: dict[str, int] = collections.defaultdict(int)
+
+    def begin(self, op: str, group: Any, tensors: Sequence[Any], caller: str) -> _Entry:
+        name, pg = self._group(group)
+        p2p = op in POINT_TO_POINT
+        seq = self._next_seq(name, pg, p2p)
+        shapes = tuple(t.shape for t in tensors)
+        dtypes = tuple(t.dtype for t in tensors)
+        entry = _Entry(name, seq, op, shapes, dtypes, caller, p2p)
+        self.entries.append(entry)
+        self.total += 1
+        return entry
+
+    def snapshot(self) -> RecorderSnapshot:
+        entries = list(self.entries)
+        return RecorderSnapshot(
+            records=tuple(e.freeze() for e in entries),
+            groups={name: ranks for name, ranks, _ in self._groups.values()},
+            dropped=max(0, self.total - len(entries)),
+            recording=_installed is not None,
+        )
+
+    def in_flight(self, older_than: float) -> CollectiveRecord | None:
+        """The oldest call still running that started before `older_than` (for the watchdog)."""
+        for entry in list(self.entries)[-16:]:
+            if entry.state is CallState.STARTED and entry.start < older_than:
+                return entry.freeze()
+        return None
+
+    def _group(self, group: Any) -> tuple[str, Any]:
+        key = id(group)
+        known = self._groups.get(key)
+        if known is None:
+            known = self._describe(group)
+            self._groups[key] = known
+        return known[0], known[2]
+
+    def _describe(self, group: Any) -> tuple[str, tuple[int, ...], Any]:
+        import torch.distributed as dist
+
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        try:
+            ranks = tuple(dist.get_process_group_ranks(pg))
+        except Exception:
+            ranks = ()
+        return str(getattr(pg, "group_name", "") or id(pg)), ranks, pg
+
+    def _next_seq(self, name: str, pg: Any, p2p: bool) -> int:
+        if not p2p:
+            try:
+                return int(pg._get_sequence_number_for_group()) + 1
+            except Exception:
+                pass
+        key = f"{name}/p2p" if p2p else name
+        self._own_seq[key] += 1
+        return self._own_seq[key]
+
+
+class _RecordedWork:
+    """Stands in for an async op's Work: completion is recorded when wait() returns."""
+
+    def __init__(self, work: Any, entry: _Entry) -> None:
+        self._work, self._entry = work, entry
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = self._work.wait(*args, **kwargs)
+        except BaseException:
+            self._entry.finish(CallState.FAILED)
+            raise
+        self._entry.finish(CallState.COMPLETED)
+        return result
+
+    def is_completed(self) -> bool:
+        done = bool(self._work.is_completed())
+        if done and self._entry.state is CallState.STARTED:
+            self._entry.finish(CallState.COMPLETED)
+        return done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+_recorder = CollectiveRecorder()
+_installed: dict[str, Callable[..., Any]] | None = None
+_install_lock = threading.Lock()
+
+
+def recorder() -> CollectiveRecorder:
+    return _recorder
+
+
+def record_collectives() -> None:
+    """Record every torch.distributed call in this process from now on (idempotent)."""
+    import torch.distributed as dist
+
+    _patch(dist)
+
+
+def record_when_imported() -> None:
+    """Record from the moment torch.distributed is imported (now, if it already is).
+
+    Patching right after the import, before any user code can call a collective, keeps the
+    ranks' own sequence counters aligned; workers that never import torch pay nothing.
+    """
+    module = sys.modules.get("torch.distributed")
+    if module is not None:
+        _patch(module)
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
+def stop_recording() -> None:
+    """Put the original functions back (tests and benchmarks)."""
+    global _installed
+    with _install_lock:
+        module = sys.modules.get("torch.distributed")
+        if _installed is None or module is None:
+            return
+        for name, original in _installed.items():
+            setattr(module, name, original)
+        _installed = None
+
+
+def _patch(dist: ModuleType) -> None:
+    global _installed
+    with _install_lock:
+        if _installed is not None or not dist.is_available():
+            return
+        originals: dict[str, Callable[..., Any]] = {}
+        for name in (*COLLECTIVES, *POINT_TO_POINT):
+            fn = getattr(dist, name, None)
+            if fn is None:
+                continue
+            originals[name] = fn
+            setattr(dist, name, _wrap(name, fn))
+        _installed = originals
+
+
+def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    import inspect
+
+    params = list(inspect.signature(fn).parameters)
+    group_at = params.index("group") if "group" in params else None
+    batch = op == "batch_isend_irecv"
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            if batch:
+                group = getattr(args[0][0], "group", None) if args and args[0] else None
+                tensors = [p.tensor for p in args[0]] if args else []
+            else:
+                group = kwargs.get("group")
+                if group is None and group_at is not None and len(args) > group_at:
+                    group = args[group_at]
+                tensors = _tensors(args)
+            frame = sys._getframe(1)
+            caller = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            entry = _recorder.begin(op, group, tensors, caller)
+        except Exception:  # recording must never change the call
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            entry.finish(CallState.FAILED)
+            raise
+        if result is None or not _is_work(result):
+            if isinstance(result, list) and result and _is_work(result[0]):
+                return [_RecordedWork(w, entry) for w in result]
+            entry.finish(CallState.COMPLETED)
+            return result
+        return _RecordedWork(result, entry)
+
+    recorded.__wrapped__ = fn  # type: ignore[attr-defined]
+    recorded.__name__ = fn.__name__
+    recorded.__doc__ = fn.__doc__
+    return recorded
+
+
+def _is_work(value: Any) -> bool:
+    return hasattr(value, "wait") and hasattr(value, "is_completed")
+
+
+def _tensors(args: tuple[Any, ...]) -> list[Any]:
+    """The tensors among the positional arguments; a list counts by its first element."""
+    found = []
+    for arg in args:
+        if hasattr(arg, "shape") and hasattr(arg, "dtype"):
+            found.append(arg)
+        elif isinstance(arg, list) and arg and hasattr(arg[0], "shape"):
+            found.append(arg[0])
+    return found
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches torch.distributed as soon as its module has executed."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch.distributed":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_and_patch(module: ModuleType) -> None:
+            original_exec(module)
+            with contextlib.suppress(Exception):
+                _patch(module)
+
+        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec

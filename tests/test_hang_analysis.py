@@ -1,0 +1,131 @@
+"""Hang analysis on synthetic per-rank records (no Ray), and the recorder in this process."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from rankscope.analysis.hang import FindingKind, RankEvidence, analyze_hang
+from rankscope.hang.model import CallState, CollectiveRecord
+from rankscope.hang.recorder import record_collectives, recorder, stop_recording
+
+NOW = 1_000.0
+
+
+def _rec(
+    seq: int,
+    op: str = "all_reduce",
+    shape=(1048576,),
+    state=CallState.COMPLETED,
+    start: float = 900.0,
+    group: str = "0",
+) -> CollectiveRecord:
+    return CollectiveRecord(
+        group,
+        seq,
+        op,
+        (shape,),
+        ("float32",),
+        start,
+        None if state is CallState.STARTED else start + 0.1,
+        state,
+        "train.py:88",
+    )
+
+
+def _rank(rank: int, records, where=None, groups=None, **kw) -> RankEvidence:
+    return RankEvidence(rank, tuple(records), groups or {"0": (0, 1, 2, 3)}, where, **kw)
+
+
+def test_the_issue_example_word_for_word():
+    waiting = [_rec(1042), _rec(1043, state=CallState.STARTED, start=NOW - 12.4)]
+    evidence = [_rank(r, waiting) for r in range(3)]
+    evidence.append(_rank(3, [_rec(1042)], where="load_batch data.py:41"))
+
+    report = analyze_hang("j", evidence, NOW)
+
+    [finding] = report.findings
+    assert finding.kind is FindingKind.HANG and finding.ranks == (3,) and finding.seq == 1043
+    assert finding.message == (
+        "group 0 (4 ranks): ranks 0-2 wait in all_reduce #1043 (float32[1048576]) for 12.4 s; "
+        "rank 3 never entered #1043, its last completed collective is #1042; "
+        "rank 3 is in load_batch data.py:41"
+    )
+
+
+def test_a_short_wait_is_not_a_hang():
+    evidence = [_rank(r, [_rec(7, state=CallState.STARTED, start=NOW - 0.2)]) for r in range(3)]
+    evidence.append(_rank(3, [_rec(6)]))
+    assert analyze_hang("j", evidence, NOW, min_wait_s=5.0).ok
+
+
+def test_different_op_at_one_sequence_number():
+    evidence = [_rank(r, [_rec(5)]) for r in (0, 1, 3)]
+    evidence.append(_rank(2, [_rec(5, op="all_gather")]))
+    [finding] = analyze_hang("j", evidence, NOW).findings
+    assert finding.kind is FindingKind.MISMATCH and finding.ranks == (2,)
+    assert "rank 2 called all_gather where ranks 0,1,3 called all_reduce" in finding.message
+
+
+def test_cross_group_deadlock():
+    groups = {"1": (0, 1), "2": (0, 1)}
+    a = _rank(0, [_rec(3, group="1", state=CallState.STARTED, start=NOW - 30)], groups=groups)
+    b = _rank(1, [_rec(3, group="2", state=CallState.STARTED, start=NOW - 30)], groups=groups)
+    kinds = [f.kind for f in analyze_hang("j", [a, b], NOW).findings]
+    assert kinds.count(FindingKind.HANG) == 2 and FindingKind.CROSS_GROUP in kinds
+
+
+def test_dead_rank_with_its_last_words():
+    evidence = [
+        _rank(0, [_rec(9)]),
+        _rank(
+            1,
+            [_rec(9)],
+            where="forward model.py:12",
+            dead=True,
+            death="Ray: worker died (SYSTEM_ERROR)",
+            last_seen=NOW - 4,
+        ),
+    ]
+    [finding] = analyze_hang("j", evidence, NOW).findings
+    assert finding.kind is FindingKind.DEAD and finding.ranks == (1,)
+    assert finding.message == (
+        "rank 1 is dead (last heard 4.0 s ago): Ray: worker died (SYSTEM_ERROR); its last "
+        "collective: all_reduce #9 in group 0 (completed); it was last in forward model.py:12"
+    )
+
+
+def test_recorder_sees_sync_async_and_subgroup_calls(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
+    record_collectives()
+    try:
+        start = recorder().total
+        dist.all_reduce(torch.ones(3))
+        work = dist.all_reduce(torch.ones(2, 2, dtype=torch.float16), async_op=True)
+        pending = recorder().snapshot().records[-1]
+        work.wait()
+        sub = dist.new_group([0])
+        dist.broadcast(torch.zeros(5, dtype=torch.int64), src=0, group=sub)
+        dist.barrier()
+        records = recorder().snapshot().records[-(recorder().total - start) :]
+    finally:
+        stop_recording()
+        dist.destroy_process_group()
+    assert pending.state is CallState.STARTED  # async: running until wait() returns
+    assert [(r.op, r.state, r.tensors) for r in records] == [
+        ("all_reduce", CallState.COMPLETED, "float32[3]"),
+        ("all_reduce", CallState.COMPLETED, "float16[2,2]"),
+        ("broadcast", CallState.COMPLETED, "int64[5]"),
+        ("barrier", CallState.COMPLETED, ""),
+    ]
+    default = [r.seq for r in records if r.group == records[0].group]
+    assert default == sorted(default) and len(set(default)) == 3  # one sequence per group
+    assert records[2].group != records[0].group
+    assert records[0].caller.endswith(
+        f"test_hang_analysis.py:{_line('dist.all_reduce(torch.ones(3))')}"
+    )
+
+
+def _line(text: str) -> int:
+    with open(__file__) as f:
+        return next(i for i, line in enumerate(f, 1) if text in line and "_line(" not in line)

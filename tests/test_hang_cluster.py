@@ -1,0 +1,157 @@
+"""`rankscope hang` and the watchdog on real gloo ranks in Ray actors."""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import json
+import os
+import signal
+
+import pytest
+import ray
+from typer.testing import CliRunner
+
+import rankscope.cli.main as cli
+from helpers import cluster_address, probes_by_pid, run_cli, wait_registered
+from rankscope.runtime.protocol import ProbeState
+from workers import GlooRank, form_group, wait_for_data, wait_until
+
+
+def _line_of(function: object, text: str) -> int:
+    lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def _start(world: int, **options) -> tuple[list, list[int]]:
+    actor = ray.remote(num_cpus=0)(GlooRank)
+    actors = [actor.remote(r, world, **options) for r in range(world)]
+    form_group(actors)
+    pids = ray.get([a.pid.remote() for a in actors])
+    wait_registered(pids, ranked=True)
+    return actors, pids
+
+
+@pytest.fixture
+def four_ranks(cluster):
+    actors, pids = _start(4)
+    yield actors, pids
+    for a in actors:
+        ray.kill(a)
+
+
+def _hang_json(*args: str) -> tuple[int, dict]:
+    result = CliRunner().invoke(cli.app, ["hang", "--json", "--min-wait", "0.5", *args])
+    assert result.exit_code in (0, 1), result.output
+    [report] = [r for r in json.loads(result.output)["data"]]
+    return result.exit_code, report
+
+
+def test_healthy_ranks_exit_0(four_ranks):
+    actors, _ = four_ranks
+    ray.get([a.reduce_steps.remote(3) for a in actors])
+    code, report = _hang_json()
+    assert code == 0 and report["ok"] and report["findings"] == []
+
+
+def test_rank_that_skips_an_all_reduce_is_named_with_the_sequence_number_and_line(
+    four_ranks, tmp_path
+):
+    actors, _ = four_ranks
+    ray.get([a.reduce_steps.remote(2) for a in actors])
+    release = tmp_path / "release"
+    for r, a in enumerate(actors):
+        a.step_once.remote(str(release) if r == 3 else None)
+    wait_until(lambda: _hang_json()[0] == 1, timeout=20, what="the hang to show")
+
+    result = run_cli("hang", "--address", cluster_address(), "--min-wait", "0.5")
+
+    release.write_text("go")
+    assert result.returncode == 1, result.stderr
+    text = " ".join(result.stdout.split())
+    line = _line_of(wait_for_data, "time.sleep")
+    # 2 reduce_steps all_reduces came first: the skipped one is #3 of the default group
+    assert "group 0 (4 ranks): ranks 0-2 wait in all_reduce #3 (float32[4])" in text
+    assert "rank 3 never entered #3, its last completed collective is #2" in text
+    assert f"rank 3 is in wait_for_data workers.py:{line}" in text
+
+
+def test_shape_mismatch_at_one_sequence_number_names_both_shapes(four_ranks):
+    actors, _ = four_ranks
+    for r, a in enumerate(actors):
+        a.all_reduce_of.remote(8 if r == 1 else 4)
+
+    def mismatch():
+        _, report = _hang_json()
+        found = [f for f in report["findings"] if f["kind"] == "mismatch"]
+        return found[0] if found else None
+
+    finding = wait_until(mismatch, timeout=20, what="the mismatch to show")
+    assert finding["ranks"] == [1]
+    assert "rank 1 passed float32[8] where ranks 0,2,3 passed float32[4]" in finding["message"]
+
+
+def test_rank_killed_mid_training_is_reported_dead_with_the_cause(cluster):
+    actors, pids = _start(2)
+    training = [a.reduce_steps.remote(100_000) for a in actors]
+    wait_until(lambda: probes_by_pid(pids)[pids[1]].progress.step > 3, what="training")
+
+    os.kill(pids[1], signal.SIGKILL)
+    wait_until(
+        lambda: probes_by_pid(pids)[pids[1]].state == ProbeState.DEAD, timeout=20, what="death"
+    )
+    code, report = _hang_json()
+
+    ray.kill(actors[0])
+    del training
+    assert code == 1
+    # ranks 2 and 3 of earlier tests' jobs may show dead too: this test is about rank 1
+    [dead] = [f for f in report["findings"] if f["kind"] == "dead" and f["ranks"] == [1]]
+    assert "rank 1 is dead" in dead["message"] and "Ray: worker died" in dead["message"]
+    assert "its last collective: all_reduce" in dead["message"]
+
+
+def test_two_subgroups_report_per_group_and_name_the_group(four_ranks, tmp_path):
+    actors, _ = four_ranks
+    layout = {"tp": [[0, 1], [2, 3]], "dp": [[0, 2], [1, 3]]}
+    ray.get([a.make_groups.remote(layout) for a in actors])
+    release = tmp_path / "release"
+    for r, a in enumerate(actors):
+        a.group_all_reduce.remote("tp", str(release) if r == 1 else None)
+
+    def hung_group():
+        _, report = _hang_json()
+        found = [f for f in report["findings"] if f["kind"] == "hang"]
+        return found[0] if found else None
+
+    finding = wait_until(hung_group, timeout=20, what="the tp hang to show")
+    release.write_text("go")
+    assert finding["ranks"] == [1]
+    assert finding["message"].startswith(f"group {finding['group']} (2 ranks): rank 0 wait")
+    assert finding["group"] != "0"  # a subgroup, not the default group
+
+
+def test_watchdog_writes_a_hang_report_before_the_backend_timeout(cluster, tmp_path):
+    actors, _ = _start(2, hang_timeout=3.0)
+    job_id = ray.get_runtime_context().get_job_id()
+    run_dir = os.path.join(os.environ["RANKSCOPE_RUN_DIR"], job_id)
+    before = set(glob.glob(os.path.join(run_dir, "hang-report-*.json")))
+    release = tmp_path / "release"
+    for r, a in enumerate(actors):
+        a.step_once.remote(str(release) if r == 1 else None)
+
+    reports = wait_until(
+        lambda: set(glob.glob(os.path.join(run_dir, "hang-report-*.json"))) - before,
+        timeout=30,
+        what="the watchdog's report",
+    )
+
+    release.write_text("go")
+    for a in actors:
+        ray.kill(a)
+    [path] = reports
+    with open(path) as f:
+        written = json.load(f)
+    assert "all_reduce" in written["reason"] and "has run for" in written["reason"]
+    messages = [f["message"] for f in written["report"]["findings"]]
+    assert any("rank 1 never entered" in m for m in messages), messages
