@@ -1,0 +1,94 @@
+"""`rankscope diagnose --mode memory_profile`: every rank's memory and verdicts, as JSON + HTML.
+
+Both files go into the hub's run directory, under the job id, and their paths are printed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from rich.console import Console
+
+from rankscope.memory.cluster import JobMemory, cluster_memory, render
+from rankscope.memory.report import ProcessSection, write_report
+from rankscope.runtime.client import HubClient
+
+NO_PROFILER_NOTE = "no MemoryProfiler in this process: one snapshot"
+
+
+@dataclass(frozen=True)
+class MemoryProfileFiles:
+    job_id: str
+    json_path: str
+    html_path: str
+
+
+def memory_profile(address: str | None, job: str | None, as_json: bool, console: Console) -> int:
+    """Snapshot every rank, write the verdicts; exit code 1 when a rank has a finding."""
+    from rankscope.cli.render import to_json
+
+    client = HubClient.attach(address)
+    views = cluster_memory(address, job, history=True, client=client)
+    run_dir = client.info().run_dir
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    written = [write_job(run_dir, stamp, v) for v in views]
+    if as_json:
+        console.print_json(
+            to_json(
+                "diagnose.memory_profile",
+                [{"files": f, "memory": v.view} for f, v in zip(written, views, strict=True)],
+            )
+        )
+    else:
+        for files, v in zip(written, views, strict=True):
+            console.print(render(v.view))
+            console.print(f"wrote {files.json_path}")
+            console.print(f"wrote {files.html_path}")
+    return 1 if any(v.view.has_findings for v in views) else 0
+
+
+def sections(job: JobMemory) -> list[ProcessSection]:
+    """One report section per rank: the profiler's history when it runs one, else the snapshot."""
+    by_label = {r.label: r for r in job.view.ranks}
+    out = []
+    for p in job.probes:
+        reply = job.replies.get(p.info.probe_id)
+        row = by_label.get(p.context.label)
+        if reply is None:
+            continue
+        history = reply.history or (reply.snapshot,)
+        if reply.history and reply.history[-1].time < reply.snapshot.time:
+            history = (*reply.history, reply.snapshot)
+        out.append(
+            ProcessSection(
+                label=f"{p.context.label} (pid {p.context.pid})",
+                snapshots=tuple(history),
+                leaks=reply.leaks,
+                findings=row.findings if row is not None else (),
+                suspects=reply.suspects,
+                node=p.context.node_ip or p.context.hostname,
+                note="" if reply.has_profiler else NO_PROFILER_NOTE,
+            )
+        )
+    return out
+
+
+def write_job(run_dir: str, stamp: str, job: JobMemory) -> MemoryProfileFiles:
+    from rankscope.cli.render import to_json
+
+    directory = os.path.join(run_dir, job.view.job_id or "no-job")
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.join(directory, f"memory-profile-{stamp}")
+    files = MemoryProfileFiles(job.view.job_id, base + ".json", base + ".html")
+    payload = {"memory": job.view, "replies": list(job.replies.values())}
+    with open(files.json_path, "w") as f:
+        f.write(to_json("diagnose.memory_profile", payload))
+    write_report(
+        files.html_path,
+        f"rankscope memory profile: job {job.view.job_id}",
+        sections(job),
+        overview=True,
+    )
+    return files

@@ -1,0 +1,67 @@
+"""The probe's `memory` command: this process's memory now, and its profiler's verdicts.
+
+Runs on the probe thread. It never imports torch and never creates a CUDA context: CUDA is read
+only in a process that already initialised it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rankscope.analysis import memory as analysis
+from rankscope.memory import snapshot as snap
+from rankscope.memory.profiler import active_profiler
+from rankscope.memory.records import AllocationSite, MemorySnapshot
+from rankscope.runtime.probe import progress, register_handler
+
+HISTORY_LIMIT = 400
+"""Profiler snapshots sent back at most (thinned evenly), so replies stay small."""
+
+
+@dataclass(frozen=True)
+class RankMemoryReply:
+    """What one rank's probe answers to `memory`."""
+
+    snapshot: MemorySnapshot
+    has_profiler: bool = False
+    history: tuple[MemorySnapshot, ...] = ()
+    """The profiler's snapshots (thinned), when asked with history=True."""
+    leaks: tuple[analysis.LeakFinding, ...] = ()
+    suspects: tuple[AllocationSite, ...] = ()
+    thinned: int = 0
+
+
+def current_memory(*, history: bool = False) -> RankMemoryReply:
+    """This process's memory as the `memory` command reports it."""
+    profiler = active_profiler()
+    device = profiler.device if profiler is not None else _initialised_cuda_device()
+    now = snap.take_snapshot(step=progress.step, tag="probe", cuda_device=device, uss=True)
+    if profiler is None:
+        return RankMemoryReply(now)
+    report = profiler.leak_report() if profiler.leak_detection else None
+    return RankMemoryReply(
+        now,
+        has_profiler=True,
+        history=tuple(analysis.thin(profiler.snapshots, HISTORY_LIMIT)) if history else (),
+        leaks=report.findings if report is not None else (),
+        suspects=report.suspects if report is not None else (),
+        thinned=profiler.thinned,
+    )
+
+
+@register_handler("memory")
+def _memory_command(args: dict[str, Any]) -> RankMemoryReply:
+    return current_memory(history=bool((args or {}).get("history", False)))
+
+
+def _initialised_cuda_device() -> int | None:
+    torch = snap.torch_if_loaded()
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_initialized():
+            return None
+    except Exception:
+        return None
+    return snap.cuda_device_index(None)

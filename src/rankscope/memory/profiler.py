@@ -1,0 +1,269 @@
+"""`MemoryProfiler`: snapshots of one process over time, the leak test, suspects, a report."""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import logging
+import os
+import threading
+import tracemalloc
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from rankscope.analysis import memory as analysis
+from rankscope.memory import snapshot as snap
+from rankscope.memory.records import AllocationSite, MemorySnapshot
+
+log = logging.getLogger("rankscope")
+
+DEFAULT_MAX_SNAPSHOTS = 4096
+CUDA_HISTORY_ENTRIES = 100_000
+"""Allocation events torch keeps for memory_viz with track_allocations on CUDA."""
+TRACEMALLOC_FRAMES = 1
+SUSPECTS_SHOWN = 10
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_profilers: list[weakref.ref[MemoryProfiler]] = []
+_profilers_lock = threading.Lock()
+
+
+class MemoryProfiler:
+    """Snapshots of this process's host and CUDA memory, a leak test and an HTML report.
+
+    Example:
+        profiler = rankscope.MemoryProfiler(model, optimizer=opt)
+        for step in range(steps):
+            train_step(...)
+            profiler.take_snapshot(step=step)
+        if profiler.leak_detected:
+            print(profiler.leak_report().summary())
+        profiler.generate_report("memory.html")
+
+    Keeps at most `max_snapshots` snapshots: beyond it, every other one after the warm-up is
+    dropped (the trend stays; `thinned` counts what went). With `track_allocations=True`,
+    tracemalloc runs on the host (its baseline is taken when the warm-up ends) and, on CUDA,
+    torch records its allocation history for `dump_allocation_history` (pytorch.org/memory_viz).
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        *,
+        optimizer: Any = None,
+        track_allocations: bool = False,
+        leak_detection: bool = True,
+        device: Any = None,
+        max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
+        leak_thresholds: analysis.LeakThresholds | None = None,
+        thresholds: analysis.MemoryThresholds | None = None,
+        label: str | None = None,
+    ) -> None:
+        if max_snapshots < 16:
+            raise ValueError(f"max_snapshots ({max_snapshots}) must be at least 16")
+        self.model = model
+        self.optimizer = optimizer
+        self.track_allocations = track_allocations
+        self.leak_detection = leak_detection
+        self.leak_thresholds = leak_thresholds or analysis.LeakThresholds()
+        self.thresholds = thresholds or analysis.MemoryThresholds()
+        self.max_snapshots = max_snapshots
+        self.label = label or _default_label()
+        self.thinned = 0
+        """Snapshots dropped to stay within max_snapshots."""
+        self._device = snap.cuda_device_index(device) if device != "cpu" else None
+        self._snapshots: list[MemorySnapshot] = []
+        self._lock = threading.Lock()
+        self._tracing = False
+        self._owns_tracemalloc = False
+        self._baseline: tracemalloc.Snapshot | None = None
+        self._recording_cuda = False
+        self._closed = False
+        if track_allocations:
+            self._start_tracking()
+        with _profilers_lock:
+            _profilers[:] = [r for r in _profilers if r() is not None]
+            _profilers.append(weakref.ref(self))
+
+    # ------------------------------------------------------------ snapshots
+    @property
+    def device(self) -> int | None:
+        """The CUDA device index watched, or None on the host only."""
+        return self._device
+
+    def take_snapshot(self, tag: str | None = None, step: int | None = None) -> MemorySnapshot:
+        """Record this process's memory now; costs a few microseconds without tracemalloc."""
+        traced = tracemalloc.get_traced_memory()[0] if self._tracing else None
+        s = snap.take_snapshot(
+            step=step,
+            tag=tag,
+            cuda_device=self._device,
+            model=self.model,
+            optimizer=self.optimizer,
+            tracemalloc_current=traced,
+        )
+        with self._lock:
+            self._snapshots.append(s)
+            count = len(self._snapshots)
+            if count > self.max_snapshots:
+                self._thin()
+        if self._tracing and self._baseline is None and count > self.leak_thresholds.warmup:
+            self._baseline = _take_tracemalloc()
+        return s
+
+    def _thin(self) -> None:
+        keep = self.leak_thresholds.warmup
+        head, tail = self._snapshots[:keep], self._snapshots[keep:]
+        kept = tail[::2]
+        if tail and kept[-1] is not tail[-1]:
+            kept.append(tail[-1])
+        self.thinned += len(tail) - len(kept)
+        self._snapshots = head + kept
+
+    @property
+    def snapshots(self) -> tuple[MemorySnapshot, ...]:
+        with self._lock:
+            return tuple(self._snapshots)
+
+    # ----------------------------------------------------------------- leaks
+    @property
+    def leak_detected(self) -> bool:
+        """True when a metric grows steadily after the warm-up (see `leak_report`)."""
+        return self.leak_detection and self.leak_report().leak_detected
+
+    def leak_report(self, *, suspects: int = SUSPECTS_SHOWN) -> analysis.LeakReport:
+        """Every leak test (growth per step and per second, time until full) and suspects."""
+        history = self.snapshots
+        findings = analysis.detect_leaks(history, self.leak_thresholds)
+        return analysis.LeakReport(
+            label=self.label,
+            snapshots=len(history),
+            findings=findings,
+            suspects=self.suspects(suspects),
+        )
+
+    def suspects(self, limit: int = SUSPECTS_SHOWN) -> tuple[AllocationSite, ...]:
+        """The allocation sites that grew most since the warm-up (needs track_allocations)."""
+        if self._baseline is None or not tracemalloc.is_tracing():
+            return ()
+        current = _take_tracemalloc()
+        return growing_sites(current.compare_to(self._baseline, "lineno"), limit)
+
+    def findings(self) -> tuple[analysis.Finding, ...]:
+        """Fragmentation, outside-PyTorch and usage verdicts of the latest snapshot."""
+        history = self.snapshots
+        return analysis.snapshot_findings(history[-1], self.thresholds) if history else ()
+
+    # --------------------------------------------------------------- outputs
+    def generate_report(self, path: str | os.PathLike[str]) -> str:
+        """Write one self-contained HTML file (no network needed) and return its path."""
+        from rankscope.memory.report import ProcessSection, write_report
+
+        section = ProcessSection.from_profiler(self)
+        return write_report(path, f"rankscope memory report: {self.label}", [section])
+
+    def dump_allocation_history(self, path: str | os.PathLike[str]) -> str:
+        """Write torch's CUDA allocation history as a pickle that pytorch.org/memory_viz opens."""
+        if not self._recording_cuda:
+            raise RuntimeError(
+                "no CUDA allocation history: use MemoryProfiler(track_allocations=True) "
+                "in a process that uses a CUDA device"
+            )
+        torch = snap.torch_if_loaded()
+        torch.cuda.memory._dump_snapshot(os.fspath(path))
+        return os.fspath(path)
+
+    # ------------------------------------------------------------- lifetime
+    def _start_tracking(self) -> None:
+        if not tracemalloc.is_tracing():  # someone else's tracing: read it, never stop it
+            tracemalloc.start(TRACEMALLOC_FRAMES)
+            self._owns_tracemalloc = True
+        self._tracing = True
+        if self._device is not None:
+            torch = snap.torch_if_loaded()
+            try:
+                torch.cuda.memory._record_memory_history(
+                    enabled="all", max_entries=CUDA_HISTORY_ENTRIES
+                )
+                self._recording_cuda = True
+            except Exception as exc:
+                log.warning("rankscope: CUDA allocation history not recorded: %s", exc)
+
+    def close(self) -> None:
+        """Stop what this profiler started (tracemalloc, CUDA history); snapshots stay."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_tracemalloc and tracemalloc.is_tracing():
+            tracemalloc.stop()
+        self._tracing = False
+        self._baseline = None
+        if self._recording_cuda:
+            torch = snap.torch_if_loaded()
+            with contextlib.suppress(Exception):
+                torch.cuda.memory._record_memory_history(enabled=None)
+            self._recording_cuda = False
+
+    def __enter__(self) -> MemoryProfiler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"MemoryProfiler({self.label}, {len(self._snapshots)} snapshots, "
+            f"device={self._device}, track_allocations={self.track_allocations})"
+        )
+
+
+def active_profiler() -> MemoryProfiler | None:
+    """The most recently created profiler of this process that is still alive."""
+    with _profilers_lock:
+        for ref in reversed(_profilers):
+            p = ref()
+            if p is not None:
+                return p
+    return None
+
+
+def _take_tracemalloc() -> tracemalloc.Snapshot:
+    return tracemalloc.take_snapshot().filter_traces(
+        (
+            tracemalloc.Filter(False, tracemalloc.__file__),
+            tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
+            tracemalloc.Filter(False, linecache.__file__),
+            tracemalloc.Filter(False, os.path.join(_PACKAGE_DIR, "*")),
+        )
+    )
+
+
+def growing_sites(
+    stats: Sequence[tracemalloc.StatisticDiff], limit: int
+) -> tuple[AllocationSite, ...]:
+    """The `limit` sites with the largest positive growth."""
+    growing = sorted((s for s in stats if s.size_diff > 0), key=lambda s: -s.size_diff)
+    out = []
+    for s in growing[:limit]:
+        frame = s.traceback[0]
+        out.append(
+            AllocationSite(
+                location=f"{frame.filename}:{frame.lineno}",
+                size_diff=s.size_diff,
+                count_diff=s.count_diff,
+                size=s.size,
+                line=linecache.getline(frame.filename, frame.lineno).strip(),
+            )
+        )
+    return tuple(out)
+
+
+def _default_label() -> str:
+    from rankscope.context import get_context
+
+    try:
+        ctx = get_context()
+    except Exception:
+        return f"pid {os.getpid()}"
+    return ctx.label
