@@ -12,6 +12,7 @@ EXPECTED = {
     "hang": {"--address", "--job", "--json", "--min-wait"},
     "demo": {"--fault", "--workers", "--steps"},
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
+    "debug": set(),  # a group: `debug list` and `debug attach`, frozen in test_debug_local.py
 }
 
 

@@ -10,15 +10,25 @@ import rankscope.hang  # collective recorder, watchdog, `collectives` command
 import rankscope.stacks  # registers the probe's `stacks` command
 from rankscope._version import __version__
 from rankscope.context import RankContext, get_context
+from rankscope.debug import (
+    conditional_breakpoint,
+    enable_full_debugging,
+    enable_lightweight_monitoring,
+    post_mortem,
+)
 from rankscope.hang import record_collectives
 from rankscope.runtime.api import current_probe, init, setup_worker, shutdown, step
 
 __all__ = [
     "RankContext",
     "__version__",
+    "conditional_breakpoint",
     "current_probe",
+    "enable_full_debugging",
+    "enable_lightweight_monitoring",
     "get_context",
     "init",
+    "post_mortem",
     "record_collectives",
     "setup_worker",
     "shutdown",

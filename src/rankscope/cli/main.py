@@ -15,6 +15,7 @@ from rich.console import Console
 
 from rankscope._version import __version__
 from rankscope.cli.ckpt import app as ckpt_app
+from rankscope.cli.debug import app as debug_app
 from rankscope.errors import UserError
 
 app = typer.Typer(
@@ -193,6 +194,7 @@ def demo(
 
 # Feature command groups (sub-apps) are added here, one line each.
 app.add_typer(ckpt_app, name="ckpt", help="Checkpoints: inspect, diff, convert HF <-> mcore.")
+app.add_typer(debug_app, name="debug", help="Debug sessions: list paused ranks, attach to one.")
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import threading
 
 from rankscope.config import Config
 from rankscope.context import set_explicit_rank
+from rankscope.debug.sync import wait_if_paused
 from rankscope.runtime.probe import Probe, progress
 
 log = logging.getLogger("rankscope")
@@ -68,6 +69,7 @@ def setup_worker() -> None:
 def step() -> None:
     """Mark one unit of training progress; the hub shows the step and when it last moved."""
     progress.tick()
+    wait_if_paused()  # returns at once unless another rank holds a sync debug session
 
 
 def current_probe() -> Probe | None:

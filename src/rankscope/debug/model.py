@@ -1,0 +1,79 @@
+"""Debug session records: what a paused process tells the registry, and the CLI reads."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class SessionFrame:
+    """One frame of a paused process's stack, innermost first."""
+
+    function: str
+    filename: str
+    lineno: int
+
+    @property
+    def location(self) -> str:
+        return f"{os.path.basename(self.filename)}:{self.lineno}"
+
+
+@dataclass(frozen=True)
+class DebugSession:
+    """One paused process waiting for (or talking to) a debugger client."""
+
+    id: str
+    job_id: str
+    rank: int | None
+    world_size: int | None
+    node_id: str
+    node_ip: str
+    hostname: str
+    pid: int
+    actor_class: str | None
+    probe_id: str
+    host: str
+    """The address the session listens on: 127.0.0.1 unless RANKSCOPE_DEBUG_EXTERNAL=1."""
+    port: int
+    backend: str
+    """`pdb` (a terminal over TCP) or `debugpy` (an IDE such as VS Code)."""
+    reason: str
+    """`breakpoint` or `post-mortem`."""
+    name: str | None
+    filename: str
+    lineno: int
+    function: str
+    stack: tuple[SessionFrame, ...]
+    since: float
+    timeout: float | None
+    """Seconds the session waits for a client before the process continues; None: forever."""
+    state: str
+    """`waiting` for a client, or `attached`."""
+    sync: bool
+    """The other ranks of the job wait at their next rankscope call while this one is paused."""
+    cwd: str
+    exception: str = ""
+    """`ValueError: boom` for post-mortem sessions."""
+    refused: int = 0
+    """Connections refused so far (wrong or missing token)."""
+    token: str = ""
+    """Given only to `rankscope debug attach`; empty in listings."""
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}@{self.hostname}"
+
+    @property
+    def location(self) -> str:
+        return f"{os.path.basename(self.filename)}:{self.lineno}"
+
+    @property
+    def external(self) -> bool:
+        return self.host != LOOPBACK
+
+    def public(self) -> DebugSession:
+        """The record without its token, for listings."""
+        return replace(self, token="")

@@ -1,0 +1,150 @@
+"""Post-mortem sessions: an uncaught exception in a worker opens a session at the raising frame.
+
+Three ways in, all ending in the same registry and timeout, after which the exception goes on
+as usual (a Ray task's caller gets its RayTaskError):
+- `rankscope.post_mortem()` in a worker: every task or actor method of this process;
+- RANKSCOPE_POST_MORTEM=1 in the job's environment: the same with no code change;
+- `@rankscope.post_mortem` on a function or class, or `with rankscope.post_mortem():`, for a
+  scope of your choice (also outside Ray).
+The process-wide form uses the hook Ray's own worker calls on a failing task
+(`ray.util.pdb._post_mortem`, the one behind RAY_DEBUG_POST_MORTEM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import os
+import sys
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+log = logging.getLogger("rankscope")
+
+T = TypeVar("T")
+_MARK = "_rankscope_post_mortem_done"
+_installed = False
+
+
+class PostMortem:
+    """A context manager and decorator that opens a post-mortem session on an exception."""
+
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout
+
+    def __enter__(self) -> PostMortem:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(exc, Exception):
+            handle(exc, tb, timeout=self.timeout)
+
+    def __call__(self, target: T) -> T:
+        if inspect.isclass(target):
+            for attr, value in list(vars(target).items()):
+                if inspect.isfunction(value) and _is_wrapped_method(attr):
+                    setattr(target, attr, self._wrap(value))
+            return target
+        if callable(target):
+            wrapped: T = self._wrap(target)
+            return wrapped
+        raise TypeError(f"post_mortem decorates functions and classes, not {type(target).__name__}")
+
+    def _wrap(self, fn: Callable[..., Any]) -> Any:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                with self:
+                    return await fn(*args, **kwargs)
+
+            return run_async
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return fn(*args, **kwargs)
+
+        return run
+
+
+def _is_wrapped_method(name: str) -> bool:
+    return not name.startswith("__") or name in ("__init__", "__call__")
+
+
+def post_mortem(target: Any = None, *, timeout: float | None = None) -> Any:
+    """Open a debug session at the raising frame of uncaught exceptions (then they propagate).
+
+    Called with no argument in a worker it covers every task and actor method of the process
+    and returns a context manager; given a function or class it decorates it.
+    Example: `rankscope.post_mortem()` in an actor's `__init__`, or `@rankscope.post_mortem`.
+    """
+    scope = PostMortem(timeout)
+    if target is None:
+        install_ray_hook(timeout)
+        return scope
+    return scope(target)
+
+
+def handle(exc: BaseException, tb: TracebackType | None, *, timeout: float | None = None) -> None:
+    """Serve one post-mortem session for `exc` unless one was served already."""
+    try:
+        if getattr(exc, _MARK, False):
+            return
+        with contextlib.suppress(Exception):
+            setattr(exc, _MARK, True)
+        from rankscope.debug.breakpoint import default_timeout
+        from rankscope.debug.server import serve_post_mortem
+
+        serve_post_mortem(exc, tb, timeout=default_timeout() if timeout is None else timeout)
+    except Exception as err:  # the user's exception must go on, not ours
+        log.warning("rankscope: post-mortem session failed: %s: %s", type(err).__name__, err)
+
+
+def install_ray_hook(timeout: float | None = None) -> bool:
+    """Make this Ray worker open a session when a task or actor method raises."""
+    global _installed
+    if _installed:
+        return True
+    if "ray" not in sys.modules:
+        return False
+    try:
+        import ray.util
+
+        hooks = ray.util.pdb
+        previous_enabled = hooks._is_ray_debugger_post_mortem_enabled
+        previous_post_mortem = hooks._post_mortem
+    except Exception as exc:
+        log.warning(
+            "rankscope: this Ray has no post-mortem hook (%s); use @rankscope.post_mortem", exc
+        )
+        return False
+
+    def enabled() -> bool:
+        return True
+
+    def on_task_error() -> None:
+        exc, tb = sys.exc_info()[1:]
+        if exc is not None:
+            handle(exc, tb, timeout=timeout)
+        if previous_enabled():  # the user also asked for Ray's own (RAY_DEBUG_POST_MORTEM=1)
+            previous_post_mortem()
+
+    hooks._is_ray_debugger_post_mortem_enabled = enabled
+    hooks._post_mortem = on_task_error
+    _installed = True
+    return True
+
+
+def install_from_env() -> None:
+    """RANKSCOPE_POST_MORTEM=1: install the hook when rankscope is imported in a Ray worker."""
+    if os.environ.get("RANKSCOPE_POST_MORTEM", "") in ("1", "true", "yes"):
+        try:
+            install_ray_hook()
+        except Exception as exc:
+            log.warning("rankscope: post-mortem hook not installed: %s", exc)
