@@ -9,6 +9,11 @@ import rankscope.doctor  # registers the probe's `environment` command
 import rankscope.hang  # collective recorder, watchdog, `collectives` command
 import rankscope.stacks  # registers the probe's `stacks` command
 from rankscope._version import __version__
+from rankscope.consistency import (
+    ConsistencyReport,
+    inspect_distributed_tensor,
+    verify_distributed_tensors,
+)
 from rankscope.context import RankContext, get_context
 from rankscope.debug import (
     conditional_breakpoint,
@@ -20,6 +25,7 @@ from rankscope.hang import record_collectives
 from rankscope.runtime.api import current_probe, init, setup_worker, shutdown, step
 
 __all__ = [
+    "ConsistencyReport",
     "RankContext",
     "__version__",
     "conditional_breakpoint",
@@ -28,9 +34,11 @@ __all__ = [
     "enable_lightweight_monitoring",
     "get_context",
     "init",
+    "inspect_distributed_tensor",
     "post_mortem",
     "record_collectives",
     "setup_worker",
     "shutdown",
     "step",
+    "verify_distributed_tensors",
 ]

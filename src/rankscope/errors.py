@@ -38,3 +38,14 @@ class HubUnavailableError(RankscopeError):
 
 class CheckpointError(UserError):
     """A checkpoint or config that cannot be read or converted: the message names the file."""
+
+
+class ConsistencyError(RankscopeError):
+    """Tensors that should be equal across ranks are not (`raise_on_mismatch=True`).
+
+    `.report` holds the full `ConsistencyReport`; the message is its summary and table.
+    """
+
+    def __init__(self, report: object) -> None:
+        super().__init__(str(report))
+        self.report = report

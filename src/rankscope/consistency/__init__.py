@@ -1,0 +1,21 @@
+"""Cross-rank tensor consistency: fingerprints where tensors live, compared across ranks.
+
+Importing this package does not import torch; the first call does.
+"""
+
+from rankscope.analysis.consistency import (
+    ConsistencyReport,
+    TensorCheck,
+    TensorSpread,
+    TensorStatus,
+)
+from rankscope.consistency.api import inspect_distributed_tensor, verify_distributed_tensors
+
+__all__ = [
+    "ConsistencyReport",
+    "TensorCheck",
+    "TensorSpread",
+    "TensorStatus",
+    "inspect_distributed_tensor",
+    "verify_distributed_tensors",
+]

@@ -1,0 +1,455 @@
+"""Fingerprints computed where a tensor lives: torch ops on its own device, no host copy.
+
+The hash is a position-weighted 64-bit checksum of the tensor's raw bytes. The bytes (in
+row-major order, whatever the strides) are viewed as int64 words and cut into chunks of
+`_COLS * rows` words; each chunk is summed column-wise as a `(rows, _COLS)` matrix (wrapping
+int64 arithmetic, the same on every device), and the column sums are weighted by fixed odd
+constants per column and per chunk. Equal bytes always give equal hashes; any change of a
+single word, swaps of words that are not a multiple of `_COLS` apart, and the like change it.
+`_COLS` is a prime so that rows of power-of-two widths do not line up with its columns.
+
+Chunks are about 1 MiB on the CPU, so that the numeric summaries that follow the hash read
+the chunk from the cache instead of memory; on a GPU they are larger to keep launches few.
+Every result stays on the device until one transfer per device at the end of a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rankscope.consistency.model import Difference, Fingerprint, Summary, TensorStats
+
+_COLS = 1021
+_CPU_CHUNK_BYTES = 8 * _COLS * 128
+_CUDA_CHUNK_BYTES = 8 * _COLS * 4096
+_MASK = (1 << 64) - 1
+_SEED = 0x5EED_C0DE
+
+_FLOATS = {
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+    torch.float32: torch.float32,
+}
+_FLOATS[torch.float64] = torch.float64
+_INTEGERS = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Fingerprint]:
+    """Hash and NaN/Inf counts of each tensor; one transfer to the host per device.
+
+    Small tensors are hashed together in batches (a handful of torch ops per batch rather
+    than per tensor); large ones chunk by chunk. Example:
+    `fingerprint_tensors([("w", model.weight)])[0].hash`.
+    """
+    flats = [_flat(t.detach()) for _, t in items]
+    hashes = _Results()
+    probes = _Results()
+    small: dict[torch.device, list[int]] = {}
+    for i, flat in enumerate(flats):
+        if _padded_words(flat) <= _SMALL_WORDS:
+            small.setdefault(flat.device, []).append(i)
+        else:
+            scan = _scan(flat, full=False)
+            hashes.add([i], scan.hash.view(1))
+            probes.add([i], scan.stats[:1])
+    for device_indices in small.values():
+        for batch in _batches(device_indices, flats):
+            _hash_batch(batch, flats, hashes, probes)
+    counts = _nonfinite_counts(flats, probes.floats(len(items)))
+    return [
+        Fingerprint(
+            name=name,
+            shape=tuple(t.shape),
+            dtype=dtype_name(t.dtype),
+            hash=_avalanche(h),
+            nan=counts.get(i, (0, 0))[0],
+            inf=counts.get(i, (0, 0))[1],
+            device=str(t.device),
+        )
+        for i, ((name, t), h) in enumerate(zip(items, hashes.ints(len(items)), strict=True))
+    ]
+
+
+def summarize_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> dict[str, Summary]:
+    """Sum, sum of squares, min, max and NaN/Inf counts of each tensor, computed in place."""
+    flats = [_flat(t.detach()) for _, t in items]
+    stats = _Results()
+    for i, flat in enumerate(flats):
+        stats.add([i], _scan(flat, full=True).stats.view(1, 4))
+    rows = stats.rows(len(items))
+    counts = _nonfinite_counts(flats, [sum(r) for r in rows])
+    out = {}
+    for i, ((name, t), row) in enumerate(zip(items, rows, strict=True)):
+        empty = t.numel() == 0 or (math.isnan(row[2]) and not counts.get(i, (0, 0))[0])
+        nan, inf = counts.get(i, (0, 0))
+        out[name] = Summary(
+            numel=t.numel(),
+            sum=row[0],
+            sumsq=row[1],
+            minimum=None if empty else row[2],
+            maximum=None if empty else row[3],
+            nan=nan,
+            inf=inf,
+        )
+    return out
+
+
+def difference(local: torch.Tensor, reference: torch.Tensor) -> Difference:
+    """Max absolute and max relative element difference; NaN in the same place counts as equal."""
+    a, b = _as_float(local), _as_float(reference.to(local.device))
+    if a.numel() == 0:
+        return Difference(0.0, 0.0)
+    same = (a == b) | (a.isnan() & b.isnan())
+    d = torch.where(same, torch.zeros_like(a), (a - b).abs())
+    d = torch.nan_to_num(d, nan=math.inf)
+    rel = torch.where(d == 0, torch.zeros_like(d), d / b.abs())
+    values = torch.stack([d.max(), torch.nan_to_num(rel, nan=math.inf).max()]).tolist()
+    return Difference(float(values[0]), float(values[1]))
+
+
+def describe(tensor: torch.Tensor, rank: int) -> TensorStats:
+    """Mean, std, min, max, norm and NaN/Inf counts of one tensor (float64, on its device)."""
+    t = tensor.detach()
+    fp = fingerprint_tensors([("", t)])[0]
+    stats: list[float | None] = [None] * 5
+    if t.numel():
+        x = _as_float(t)
+        finite = x[x.isfinite()]
+        if finite.numel():
+            std = finite.std() if finite.numel() > 1 else torch.zeros((), dtype=x.dtype)
+            values = torch.stack(
+                [
+                    finite.mean(),
+                    std,
+                    finite.min(),
+                    finite.max(),
+                    torch.linalg.vector_norm(finite),
+                ]
+            ).tolist()
+            stats = [float(v) for v in values]
+    return TensorStats(
+        rank,
+        tuple(t.shape),
+        dtype_name(t.dtype),
+        str(t.device),
+        t.numel(),
+        mean=stats[0],
+        std=stats[1],
+        minimum=stats[2],
+        maximum=stats[3],
+        norm=stats[4],
+        nan=fp.nan,
+        inf=fp.inf,
+        hash=fp.hash,
+    )
+
+
+# ---------------------------------------------------------------------------------- scanning
+# The hash of a tensor: its bytes, zero-padded to whole int64 words x_0..x_{n-1}, give
+#   sum_j x_j * w[j % _COLS] * u[j // _CHUNK_WORDS]   (mod 2**64), then `_avalanche`.
+# Large tensors compute it chunk by chunk (column sums, then weights); small ones in batches
+# (words times a weight table, cumulative sum, differences at the tensor boundaries).
+_CHUNK_WORDS = _CPU_CHUNK_BYTES // 8
+_SMALL_WORDS = 16 * _COLS
+"""Tensors up to this many words (128 KiB) are hashed in batches."""
+_BATCH_WORDS = {"cpu": 2 * _CHUNK_WORDS, "cuda": 64 * _CHUNK_WORDS}
+"""Words hashed in one batch of small tensors (a few copies of it are made)."""
+
+
+@dataclass(frozen=True)
+class _Scan:
+    hash: torch.Tensor
+    """0-d int64 on the tensor's device (before `_avalanche`)."""
+    stats: torch.Tensor
+    """(4,) float64 on the device: sum, sum of squares, min, max (NaN where not computed)."""
+
+
+def _scan(flat: torch.Tensor, *, full: bool) -> _Scan:
+    """Hash (and sums) of one tensor, chunk by chunk so later passes read from the cache."""
+    device = flat.device
+    consts = _constants(device)
+    nbytes = flat.numel() * flat.element_size()
+    words, tail = _words(flat)
+    per_chunk = _CUDA_CHUNK_BYTES if device.type == "cuda" else _CPU_CHUNK_BYTES
+    step_words = per_chunk // 8
+    values, acc = _stat_view(flat)
+    step_values = per_chunk // values.element_size() if values is not None else 0
+
+    colsums: list[torch.Tensor] = []
+    sums: list[torch.Tensor] = []
+    norms: list[torch.Tensor] = []
+    mins: list[torch.Tensor] = []
+    maxs: list[torch.Tensor] = []
+    n_chunks = max(1, math.ceil(nbytes / per_chunk))
+    for i in range(n_chunks):
+        w = words[i * step_words : (i + 1) * step_words]
+        whole = w.numel() // _CHUNK_WORDS
+        if whole:  # base chunks: their column sums, weighted per base chunk below
+            base = w[: whole * _CHUNK_WORDS].view(whole, _CHUNK_WORDS // _COLS, _COLS)
+            colsums.append(base.sum(1))
+        w = w[whole * _CHUNK_WORDS :]
+        rest = w[w.numel() // _COLS * _COLS :]
+        if i == n_chunks - 1 and tail.numel():
+            rest = torch.cat([rest, _tail_word(tail)])
+        if w.numel() or rest.numel():
+            colsum = w[: w.numel() // _COLS * _COLS].view(-1, _COLS).sum(0)
+            if rest.numel():
+                colsum = colsum + torch.nn.functional.pad(rest, (0, _COLS - rest.numel()))
+            colsums.append(colsum.view(1, _COLS))
+        if values is None or acc is None or (not full and acc == torch.int64):
+            continue  # integers have no NaN/Inf: a fingerprint needs no sum of them
+        v = values[i * step_values : (i + 1) * step_values]
+        if v.numel() == 0:
+            continue
+        if v.dtype not in _FLOATS and v.dtype not in _INTEGERS:
+            v = v.to(acc)
+        sums.append(v.sum(dtype=acc))
+        if full:
+            vf = v.double() if acc == torch.int64 else v
+            norms.append(
+                torch.linalg.vector_norm(vf, dtype=vf.dtype if acc == torch.int64 else acc)
+            )
+            lo, hi = torch.aminmax(v)
+            mins.append(lo)
+            maxs.append(hi)
+
+    sums_by_chunk = torch.cat(colsums) if colsums else consts.columns[:0].view(0, _COLS)
+    h = ((sums_by_chunk * consts.columns).sum(1) * consts.chunks(sums_by_chunk.shape[0])).sum()
+    return _Scan(h, _stats(sums, norms, mins, maxs, device, full=full))
+
+
+def _hash_batch(
+    batch: list[int], flats: list[torch.Tensor], hashes: _Results, probes: _Results
+) -> None:
+    """Hashes of many small tensors on one device with a few ops for the whole batch.
+
+    Each tensor's words are zero-padded to whole rows of `_COLS`; one `index_add_` sums the
+    rows of each tensor into its column sums, which is exactly `_scan`'s single chunk.
+    """
+    device = flats[batch[0]].device
+    consts = _constants(device)
+    batch = sorted(batch, key=lambda i: str(flats[i].dtype))  # one region per dtype
+    row_bytes = 8 * _COLS
+    pieces: list[torch.Tensor] = []
+    rows_per: list[int] = []
+    regions: dict[torch.dtype, tuple[int, int, list[int]]] = {}
+    total_rows = 0
+    for i in batch:
+        flat = flats[i]
+        raw = flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
+        pieces.append(raw)
+        pad = -raw.numel() % row_bytes
+        if pad:
+            pieces.append(consts.zero_row[:pad])
+        rows = (raw.numel() + pad) // row_bytes
+        rows_per.append(rows)
+        start, _, members = regions.get(flat.dtype, (total_rows, 0, []))
+        regions[flat.dtype] = (start, total_rows + rows, [*members, i])
+        total_rows += rows
+    buf = torch.cat(pieces).view(torch.int64).view(-1, _COLS)
+    owner = torch.repeat_interleave(
+        torch.arange(len(batch), device=device),
+        torch.tensor(rows_per, dtype=torch.int64, device=device),
+        output_size=total_rows,
+    )
+    colsums = torch.zeros(len(batch), _COLS, dtype=torch.int64, device=device)
+    colsums.index_add_(0, owner, buf)
+    hashes.add(batch, (colsums * consts.columns).sum(1) * consts.chunks(1))
+    for dtype, (start, end, members) in regions.items():
+        values, acc = _stat_view(buf[start:end].reshape(-1).view(dtype))
+        if values is None or acc is None or acc == torch.int64:
+            continue
+        if values.dtype not in _FLOATS:
+            values = values.to(acc)
+        probes.add(members, values.sum(dtype=acc).to(torch.float64).expand(len(members)))
+
+
+def _batches(indices: list[int], flats: list[torch.Tensor]) -> list[list[int]]:
+    """Groups of small tensors whose words together stay under the batch size."""
+    if not indices:
+        return []
+    limit = _BATCH_WORDS.get(flats[indices[0]].device.type, _BATCH_WORDS["cuda"])
+    out: list[list[int]] = [[]]
+    total = 0
+    for i in indices:
+        n = _padded_words(flats[i])
+        if out[-1] and total + n > limit:
+            out.append([])
+            total = 0
+        out[-1].append(i)
+        total += n
+    return out
+
+
+def _padded_words(flat: torch.Tensor) -> int:
+    return -(-flat.numel() * flat.element_size() // 8)
+
+
+def _tail_word(tail: torch.Tensor) -> torch.Tensor:
+    """The last nbytes % 8 bytes, zero-padded into one little-endian int64 word."""
+    padded = torch.nn.functional.pad(tail, (0, 8 - tail.numel()))
+    return padded.view(torch.int64)
+
+
+def _stats(
+    sums: list[torch.Tensor],
+    norms: list[torch.Tensor],
+    mins: list[torch.Tensor],
+    maxs: list[torch.Tensor],
+    device: torch.device,
+    *,
+    full: bool,
+) -> torch.Tensor:
+    f64 = torch.float64
+    nan = torch.full((), math.nan, dtype=f64, device=device)
+    zero = torch.zeros((), dtype=f64, device=device)
+    empty = zero if full else nan
+    return torch.stack(
+        [
+            torch.stack(sums).to(f64).sum() if sums else zero,
+            (torch.stack(norms).to(f64) ** 2).sum() if norms else empty,
+            torch.stack(mins).to(f64).min() if mins else nan,
+            torch.stack(maxs).to(f64).max() if maxs else nan,
+        ]
+    )
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """Contiguous, 1-D, row-major: strides never change the hash, only the values do."""
+    to_local = getattr(t, "to_local", None)
+    if callable(to_local):  # a DTensor: this rank's shard
+        t = to_local()
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+
+
+def _words(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bytes as int64 words, plus the last nbytes % 8 bytes as uint8."""
+    if flat.storage_offset() * flat.element_size() % 8:
+        flat = flat.clone()  # a view starting mid-word: realign on the same device
+    raw = flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
+    whole = raw.numel() // 8 * 8
+    return raw[:whole].view(torch.int64), raw[whole:]
+
+
+def _stat_view(flat: torch.Tensor) -> tuple[torch.Tensor | None, torch.dtype | None]:
+    """What the numeric summaries reduce over, and the accumulation dtype."""
+    if flat.dtype in _FLOATS:
+        return flat, _FLOATS[flat.dtype]
+    if flat.dtype == torch.bool:
+        return flat.view(torch.uint8), torch.int64
+    if flat.dtype in _INTEGERS:
+        return flat, torch.int64
+    if flat.is_complex():
+        real = torch.view_as_real(flat).reshape(-1)
+        return real, _FLOATS.get(real.dtype, torch.float32)
+    if flat.is_floating_point():  # float8 and friends: upcast chunk by chunk
+        return flat, torch.float32
+    return None, None
+
+
+def _as_float(t: torch.Tensor) -> torch.Tensor:
+    t = _flat(t.detach())
+    if t.is_complex():
+        t = torch.view_as_real(t).reshape(-1)
+    return t.to(torch.float64)
+
+
+class _Constants:
+    """Odd 64-bit weights per column and per chunk, the same on every device and rank."""
+
+    def __init__(self, device: torch.device) -> None:
+        gen = torch.Generator().manual_seed(_SEED)
+        low, high = -(2**63), 2**63 - 1
+        columns = torch.randint(low, high, (_COLS,), generator=gen) | 1
+        self.columns = columns.to(device)
+        self.zero_row = torch.zeros(8 * _COLS, dtype=torch.uint8, device=device)
+        self._chunk_table = torch.empty(0, dtype=torch.int64, device=device)
+        self._device = device
+
+    def chunks(self, n: int) -> torch.Tensor:
+        if self._chunk_table.numel() < n:
+            size = max(n, 2 * self._chunk_table.numel(), 1024)
+            table = [_signed(_chunk_weight(i)) for i in range(size)]
+            self._chunk_table = torch.tensor(table, dtype=torch.int64, device=self._device)
+        return self._chunk_table[:n]
+
+
+def _chunk_weight(i: int) -> int:
+    return ((i * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) | 1) & _MASK
+
+
+_CONSTANTS: dict[str, _Constants] = {}
+
+
+def _constants(device: torch.device) -> _Constants:
+    key = str(device)
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = _Constants(device)
+    return _CONSTANTS[key]
+
+
+def _signed(value: int) -> int:
+    value &= _MASK
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _avalanche(h: int) -> int:
+    """Spread the checksum's bits (host side, on the one transferred word)."""
+    h &= _MASK
+    h ^= h >> 33
+    h = (h * 0xFF51AFD7ED558CCD) & _MASK
+    h ^= h >> 33
+    h = (h * 0xC4CEB9FE1A85EC53) & _MASK
+    return h ^ (h >> 33)
+
+
+# ------------------------------------------------------------------------- device -> host
+class _Results:
+    """Values left on their devices until one transfer per device."""
+
+    def __init__(self) -> None:
+        self._parts: dict[torch.device, list[tuple[list[int], torch.Tensor]]] = {}
+
+    def add(self, indices: list[int], values: torch.Tensor) -> None:
+        self._parts.setdefault(values.device, []).append((indices, values))
+
+    def _fetch(self, n: int) -> list[Any]:
+        out: list[Any] = [None] * n
+        for parts in self._parts.values():
+            host = torch.cat([v for _, v in parts]).tolist()
+            flat_indices = [i for idx, _ in parts for i in idx]
+            for i, value in zip(flat_indices, host, strict=True):
+                out[i] = value
+        return out
+
+    def ints(self, n: int) -> list[int]:
+        return [int(v) if v is not None else 0 for v in self._fetch(n)]
+
+    def floats(self, n: int) -> list[float]:
+        return [float(v) if v is not None else 0.0 for v in self._fetch(n)]
+
+    def rows(self, n: int) -> list[list[float]]:
+        return [[float(x) for x in v] if v is not None else [] for v in self._fetch(n)]
+
+
+def _nonfinite_counts(flats: list[torch.Tensor], probes: list[float]) -> dict[int, tuple[int, int]]:
+    """NaN and Inf counts, counted only where a summary already came out non-finite."""
+    counts = _Results()
+    suspects = [
+        i
+        for i, (t, p) in enumerate(zip(flats, probes, strict=True))
+        if not math.isfinite(p) and (t.is_floating_point() or t.is_complex())
+    ]
+    for i in suspects:
+        counts.add([i], torch.stack([flats[i].isnan().sum(), flats[i].isinf().sum()]).view(1, 2))
+    rows = counts.rows(len(flats))
+    return {i: (int(rows[i][0]), int(rows[i][1])) for i in suspects}
