@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from rankscope.analysis.hang import FindingKind, RankEvidence, analyze_hang
 from rankscope.hang.model import CallState, CollectiveRecord
-from rankscope.hang.recorder import record_collectives, recorder, stop_recording
+from rankscope.hang.recorder import collective_recorder, record_collectives, stop_recording
 
 NOW = 1_000.0
 
@@ -99,15 +99,15 @@ def test_recorder_sees_sync_async_and_subgroup_calls(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
     record_collectives()
     try:
-        start = recorder().total
+        start = collective_recorder().total
         dist.all_reduce(torch.ones(3))
         work = dist.all_reduce(torch.ones(2, 2, dtype=torch.float16), async_op=True)
-        pending = recorder().snapshot().records[-1]
+        pending = collective_recorder().snapshot().records[-1]
         work.wait()
         sub = dist.new_group([0])
         dist.broadcast(torch.zeros(5, dtype=torch.int64), src=0, group=sub)
         dist.barrier()
-        records = recorder().snapshot().records[-(recorder().total - start) :]
+        records = collective_recorder().snapshot().records[-(collective_recorder().total - start) :]
     finally:
         stop_recording()
         dist.destroy_process_group()

@@ -26,9 +26,9 @@ class Fault:
 
 
 def _registry() -> dict[str, Fault]:
-    from rankscope.demo import fault_none, fault_stall
+    from rankscope.demo import fault_hang, fault_none, fault_stall
 
-    faults = [fault_none.FAULT, fault_stall.FAULT]
+    faults = [fault_none.FAULT, fault_stall.FAULT, fault_hang.FAULT]
     return {f.name: f for f in faults}
 
 

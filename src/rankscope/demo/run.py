@@ -58,6 +58,7 @@ def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:
             "worker_process_setup_hook": "rankscope.setup_worker",
             "env_vars": {
                 "RANKSCOPE_HEARTBEAT_INTERVAL": "0.5",
+                "RANKSCOPE_HANG_TIMEOUT": "5",
                 "RANKSCOPE_RUN_DIR": run_dir,
                 "OMP_NUM_THREADS": "1",
             },

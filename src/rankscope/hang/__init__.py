@@ -2,7 +2,11 @@
 
 from rankscope.hang import evidence as _evidence  # noqa: F401  (probe commands and summaries)
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
-from rankscope.hang.recorder import record_collectives, record_when_imported, recorder
+from rankscope.hang.recorder import (
+    collective_recorder,
+    record_collectives,
+    record_when_imported,
+)
 from rankscope.hang.watchdog import Watchdog
 from rankscope.runtime.probe import Probe, register_startup
 
@@ -11,8 +15,8 @@ __all__ = [
     "CollectiveRecord",
     "RecorderSnapshot",
     "Watchdog",
+    "collective_recorder",
     "record_collectives",
-    "recorder",
 ]
 
 

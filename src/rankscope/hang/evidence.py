@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from rankscope.hang.model import RecorderSnapshot
-from rankscope.hang.recorder import recorder
+from rankscope.hang.recorder import collective_recorder
 from rankscope.runtime.probe import register_handler, register_summary
 from rankscope.stacks.capture import walk
 from rankscope.stacks.model import headline
@@ -22,13 +22,13 @@ SUMMARY_RECORDS = 16
 
 @register_handler("collectives")
 def _collectives_command(args: dict[str, Any]) -> RecorderSnapshot:
-    return recorder().snapshot()
+    return collective_recorder().snapshot()
 
 
 @register_summary("collectives")
 def last_collectives() -> RecorderSnapshot:
     """The last few records: small enough to send with every heartbeat."""
-    snapshot = recorder().snapshot()
+    snapshot = collective_recorder().snapshot()
     return RecorderSnapshot(
         snapshot.records[-SUMMARY_RECORDS:], snapshot.groups, snapshot.dropped, snapshot.recording
     )

@@ -58,7 +58,7 @@ class _Entry:
         op: str,
         shapes: tuple[Any, ...],
         dtypes: tuple[Any, ...],
-        caller: str,
+        caller: tuple[str, int],
         p2p: bool,
     ) -> None:
         self.group, self.seq, self.op = group, seq, op
@@ -81,7 +81,7 @@ class _Entry:
             start=self.start,
             end=self.end,
             state=self.state,
-            caller=self.caller,
+            caller=f"{self.caller[0]}:{self.caller[1]}",
             p2p=self.p2p,
         )
 
@@ -95,12 +95,16 @@ class CollectiveRecorder:
         self._groups: dict[int, tuple[str, tuple[int, ...], Any]] = {}
         self._own_seq: dict[str, int] = collections.defaultdict(int)
 
-    def begin(self, op: str, group: Any, tensors: Sequence[Any], caller: str) -> _Entry:
+    def begin(
+        self, op: str, p2p: bool, group: Any, tensors: Sequence[Any], caller: tuple[str, int]
+    ) -> _Entry:
         name, pg = self._group(group)
-        p2p = op in POINT_TO_POINT
         seq = self._next_seq(name, pg, p2p)
-        shapes = tuple(t.shape for t in tensors)
-        dtypes = tuple(t.dtype for t in tensors)
+        if len(tensors) == 1:  # the common case, without building generators
+            shapes, dtypes = (tensors[0].shape,), (tensors[0].dtype,)
+        else:
+            shapes = tuple([t.shape for t in tensors])
+            dtypes = tuple([t.dtype for t in tensors])
         entry = _Entry(name, seq, op, shapes, dtypes, caller, p2p)
         self.entries.append(entry)
         self.total += 1
@@ -181,7 +185,7 @@ _installed: dict[str, Callable[..., Any]] | None = None
 _install_lock = threading.Lock()
 
 
-def recorder() -> CollectiveRecorder:
+def collective_recorder() -> CollectiveRecorder:
     return _recorder
 
 
@@ -238,6 +242,7 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     params = list(inspect.signature(fn).parameters)
     group_at = params.index("group") if "group" in params else None
     batch = op == "batch_isend_irecv"
+    p2p = op in POINT_TO_POINT
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -250,8 +255,9 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                     group = args[group_at]
                 tensors = _tensors(args)
             frame = sys._getframe(1)
-            caller = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-            entry = _recorder.begin(op, group, tensors, caller)
+            entry = _recorder.begin(
+                op, p2p, group, tensors, (frame.f_code.co_filename, frame.f_lineno)
+            )
         except Exception:  # recording must never change the call
             return fn(*args, **kwargs)
         try:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 
-from rankscope.hang.recorder import recorder
+from rankscope.hang.recorder import collective_recorder
 from rankscope.runtime.probe import Probe, progress
 from rankscope.serialize import plain
 
@@ -45,7 +45,7 @@ class Watchdog:
 
     def _check(self) -> None:
         now = time.time()
-        stuck = recorder().in_flight(older_than=now - self.timeout)
+        stuck = collective_recorder().in_flight(older_than=now - self.timeout)
         stalled = progress.step > 0 and now - progress.last_progress > self.timeout
         if stuck is None and not stalled:
             self._fired = False

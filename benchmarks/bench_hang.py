@@ -1,0 +1,127 @@
+"""Collective recorder overhead (issue 3): gloo all_reduce of one float, 10,000 calls, 2 ranks.
+
+Side by side, in interleaved trials (medians): no recording; rankscope's recorder; and
+TORCH_DISTRIBUTED_DEBUG=DETAIL, the stock way to check collectives. Also the recorder's own
+cost per call, measured in one process without communication (a steadier figure).
+
+Run: .venv/bin/python benchmarks/bench_hang.py [--trials N] [--calls N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODES = ("plain", "rankscope", "detail")
+
+
+def worker(mode: str, rank: int, rendezvous: str, calls: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if mode == "rankscope":
+        from rankscope.hang.recorder import record_collectives
+
+        record_collectives()
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
+    x = torch.ones(1)
+    for _ in range(200):
+        dist.all_reduce(x)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
+        dist.all_reduce(x)
+    elapsed = time.perf_counter() - start
+    dist.barrier()
+    if rank == 0:
+        print(f"{elapsed / calls * 1e6:.3f}")
+    dist.destroy_process_group()
+
+
+def one_trial(mode: str, calls: int) -> float:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if mode == "detail":
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    with tempfile.TemporaryDirectory() as tmp:
+        rendezvous = os.path.join(tmp, "rdv")
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--worker", mode, str(rank), rendezvous, str(calls)],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for rank in range(2)
+        ]
+        out = [p.communicate(timeout=300)[0] for p in procs]
+    return float(out[0].strip())
+
+
+def wrapper_cost(calls: int = 200_000) -> tuple[float, float]:
+    """µs per call of a do-nothing collective on a real 1-rank gloo group, bare and recorded."""
+    import torch
+    import torch.distributed as dist
+
+    from rankscope.hang.recorder import _wrap
+
+    def all_reduce(tensor, op=None, group=None, async_op=False):  # type: ignore[no-untyped-def]
+        return None
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/rdv", rank=0, world_size=1)
+        group = dist.group.WORLD
+        wrapped = _wrap("all_reduce", all_reduce)
+        x = torch.ones(1)
+        results = []
+        for fn in (all_reduce, wrapped):
+            runs = []
+            for _ in range(5):
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn(x, group=group)
+                runs.append((time.perf_counter() - start) / calls * 1e6)
+            results.append(statistics.median(runs))
+        dist.destroy_process_group()
+    return results[0], results[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=10_000)
+    args = parser.parse_args()
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    for _ in range(args.trials):
+        for mode in MODES:
+            times[mode].append(one_trial(mode, args.calls))
+    med = {m: statistics.median(v) for m, v in times.items()}
+    print(f"gloo all_reduce of one float, 2 ranks, {args.calls} calls, {args.trials} trials")
+    for mode in MODES:
+        print(
+            f"  {mode:<10}: median {med[mode]:7.2f} us/call  (all: "
+            + ", ".join(f"{t:.1f}" for t in times[mode])
+            + ")"
+        )
+    ours = med["rankscope"] - med["plain"]
+    detail = med["detail"] - med["plain"]
+    print(f"  recorder overhead : {ours:+.2f} us/call (goal: at most 2 us)")
+    print(f"  DETAIL overhead   : {detail:+.2f} us/call")
+    if ours > 0:
+        print(f"  DETAIL / recorder : {detail / ours:.1f}x (goal: at least 20x)")
+    bare, wrapped = wrapper_cost()
+    print(
+        f"recorder wrapper alone (no communication): {wrapped - bare:.2f} us/call "
+        f"({bare:.2f} -> {wrapped:.2f})"
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+    else:
+        main()
