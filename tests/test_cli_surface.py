@@ -11,6 +11,7 @@ EXPECTED = {
     "status": {"--address", "--job", "--json"},
     "hang": {"--address", "--job", "--json", "--min-wait"},
     "demo": {"--fault", "--workers", "--steps"},
+    "memory": {"--address", "--job", "--watch", "--json"},
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
     "debug": set(),  # a group: `debug list` and `debug attach`, frozen in test_debug_local.py
 }

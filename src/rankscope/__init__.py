@@ -7,6 +7,7 @@ from a terminal: `rankscope status`, `rankscope stacks`.
 
 import rankscope.doctor  # registers the probe's `environment` command
 import rankscope.hang  # collective recorder, watchdog, `collectives` command
+import rankscope.memory  # registers the probe's `memory` command
 import rankscope.stacks  # registers the probe's `stacks` command
 from rankscope._version import __version__
 from rankscope.consistency import (
@@ -22,10 +23,13 @@ from rankscope.debug import (
     post_mortem,
 )
 from rankscope.hang import record_collectives
+from rankscope.memory import MemoryProfiler, MemorySnapshot, oom_guard, profile_memory_usage
 from rankscope.runtime.api import current_probe, init, setup_worker, shutdown, step
 
 __all__ = [
     "ConsistencyReport",
+    "MemoryProfiler",
+    "MemorySnapshot",
     "RankContext",
     "__version__",
     "conditional_breakpoint",
@@ -35,7 +39,9 @@ __all__ = [
     "get_context",
     "init",
     "inspect_distributed_tensor",
+    "oom_guard",
     "post_mortem",
+    "profile_memory_usage",
     "record_collectives",
     "setup_worker",
     "shutdown",

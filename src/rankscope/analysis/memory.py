@@ -257,24 +257,40 @@ def detect_leak(
     if len(half) >= th.min_points:
         windows.append(half)  # a leak that started late shows a steeper slope here
     results = [_test_window(metric, w, th) for w in windows]
+    chosen = 0
     if len(results) == 2 and results[1].leak:
         whole, recent = results
         if not whole.leak or recent.per_step > LATE_START_RATIO * whole.per_step:
-            return replace(recent, since_step=_onset(metric, usable, recent))
-    return results[0]
+            chosen = 1
+    found = results[chosen]
+    if not found.leak:
+        return found
+    return replace(found, since_step=_onset(metric, usable, windows[chosen], found))
 
 
-def _onset(metric: str, usable: Sequence[MemorySnapshot], recent: LeakFinding) -> float | None:
-    """Where a late leak began: its line, followed back down to the level before it."""
+def _onset(
+    metric: str, usable: Sequence[MemorySnapshot], window: Sequence[MemorySnapshot], f: LeakFinding
+) -> float | None:
+    """Where the leak began: the first snapshot after the warm-up when those already sit on the
+    leak's line, else where the line, followed back, meets their level (a leak that began late).
+    """
     import numpy as np
 
-    early = usable[: len(usable) // 2]
-    last = usable[-1]
-    if recent.per_step <= 0 or last.step is None or any(s.step is None for s in early):
-        return recent.since_step
-    before = float(np.median([s.metrics()[metric] for s in early]))
-    onset = last.step - (last.metrics()[metric] - before) / recent.per_step
-    return float(min(max(onset, early[0].step or 0), last.step))
+    if f.per_step <= 0 or any(s.step is None for s in usable):
+        return f.since_step
+    xs = np.array([float(s.step or 0) for s in window])
+    ys = np.array([s.metrics()[metric] for s in window])
+    slope, intercept = f.per_step, theil_sen(xs.tolist(), ys.tolist())[1]
+    noise = float(np.median(np.abs(ys - (slope * xs + intercept))))
+    head = usable[: max(3, len(usable) // 10)]
+    hx = np.array([float(s.step or 0) for s in head])
+    hy = np.array([s.metrics()[metric] for s in head])
+    above = float(np.median(hy - (slope * hx + intercept)))
+    first = float(usable[0].step or 0)
+    if above <= max(2 * slope, 3 * noise):
+        return first
+    onset = (float(np.median(hy)) - intercept) / slope
+    return float(min(max(onset, first), xs[-1]))
 
 
 def _test_window(metric: str, window: Sequence[MemorySnapshot], th: LeakThresholds) -> LeakFinding:
@@ -632,24 +648,21 @@ class RankMemory:
     error: str = ""
     """Why there is no snapshot (no answer, dead process)."""
     findings: tuple[Finding, ...] = ()
+    host_used_fraction: float | None = field(init=False)
+    device_used_fraction: float | None = field(init=False)
+    headroom: float | None = field(init=False)
+    """The smaller free fraction of the node's RAM and of the device."""
 
-    @property
-    def host_used_fraction(self) -> float | None:
+    def __post_init__(self) -> None:
         s = self.snapshot
-        return s.node_used / s.node_total if s is not None and s.node_total else None
-
-    @property
-    def device_used_fraction(self) -> float | None:
-        s = self.snapshot
-        if s is None or s.cuda is None or not s.cuda.device_total:
-            return None
-        return s.cuda.device_used / s.cuda.device_total
-
-    @property
-    def headroom(self) -> float | None:
-        """The smaller free fraction of the node's RAM and of the device."""
-        used = [u for u in (self.host_used_fraction, self.device_used_fraction) if u is not None]
-        return 1.0 - max(used) if used else None
+        host = s.node_used / s.node_total if s is not None and s.node_total else None
+        device = None
+        if s is not None and s.cuda is not None and s.cuda.device_total:
+            device = s.cuda.device_used / s.cuda.device_total
+        used = [u for u in (host, device) if u is not None]
+        object.__setattr__(self, "host_used_fraction", host)
+        object.__setattr__(self, "device_used_fraction", device)
+        object.__setattr__(self, "headroom", 1.0 - max(used) if used else None)
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,22 @@ def demo(
     raise typer.Exit(run_demo(fault=fault, workers=workers, steps=steps, console=out))
 
 
+@app.command()
+@user_errors_exit_2
+def memory(
+    address: Address = None,
+    job: Job = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Refresh every 2s until Ctrl-C; adds a leak trend.")
+    ] = False,
+    as_json: Json = False,
+) -> None:
+    """Every rank's host and GPU memory, least headroom first, with alerts and leaks."""
+    from rankscope.memory.cluster import run_memory
+
+    raise typer.Exit(run_memory(address, job, watch=watch, as_json=as_json, console=out))
+
+
 # Feature command groups (sub-apps) are added here, one line each.
 app.add_typer(ckpt_app, name="ckpt", help="Checkpoints: inspect, diff, convert HF <-> mcore.")
 app.add_typer(debug_app, name="debug", help="Debug sessions: list paused ranks, attach to one.")

@@ -20,6 +20,9 @@ from rankscope.memory.records import CudaMemory, MemorySnapshot
 
 USS_INTERVAL_S = 1.0
 """USS is re-read at most this often (it costs ~1 ms in a process with torch loaded)."""
+NODE_INTERVAL_S = 0.1
+"""The node's total and available RAM are re-read at most this often (the kernel formats all
+of /proc/meminfo on each read); snapshots in between carry the latest reading."""
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -33,6 +36,7 @@ class _ProcReader:
         self._meminfo = -1
         self._lock = threading.Lock()
         self._last_uss: tuple[float, int | None] = (0.0, None)
+        self._last_node: tuple[float, tuple[int, int]] = (-1e9, (0, 0))
 
     def _fds(self) -> tuple[int, int]:
         pid = os.getpid()
@@ -59,8 +63,16 @@ class _ProcReader:
         info = psutil.Process().memory_info()
         return int(info.rss), int(info.rss - getattr(info, "shared", 0))
 
-    def node(self) -> tuple[int, int]:
-        """(total, available) bytes of the node's RAM."""
+    def node(self, *, force: bool = False) -> tuple[int, int]:
+        """(total, available) bytes of the node's RAM, at most NODE_INTERVAL_S old."""
+        now = time.monotonic()
+        last, value = self._last_node
+        if force or now - last >= NODE_INTERVAL_S:
+            value = self._read_node()
+            self._last_node = (now, value)
+        return value
+
+    def _read_node(self) -> tuple[int, int]:
         _, meminfo = self._fds()
         if meminfo >= 0:
             total = available = -1
@@ -112,7 +124,7 @@ _reader = _ProcReader()
 def host_memory(*, uss: bool | None = None) -> tuple[int, int, int | None, int, int]:
     """(rss, anon, uss, node_total, node_available); `uss=True` forces a USS read."""
     rss, anon = _reader.process()
-    total, available = _reader.node()
+    total, available = _reader.node(force=bool(uss))
     u = None if uss is False else _reader.uss(force=bool(uss))
     return rss, anon, u, total, available
 
