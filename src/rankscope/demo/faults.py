@@ -29,6 +29,9 @@ def _registry() -> dict[str, Fault]:
     from rankscope.demo import fault_hang, fault_none, fault_stall
 
     faults = [fault_none.FAULT, fault_stall.FAULT, fault_hang.FAULT]
+    from rankscope.demo import fault_leak
+
+    faults.append(fault_leak.FAULT)
     return {f.name: f for f in faults}
 
 
