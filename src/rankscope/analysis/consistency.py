@@ -512,14 +512,13 @@ def _ranks_phrase(ranks: tuple[int, ...]) -> str:
 
 
 def _sci(x: float) -> str:
-    """2.1e-3 style: two significant digits, no padded exponent."""
-    if not math.isfinite(x):
-        return str(x)
-    text = f"{x:.2g}"
-    if "e" not in text:
-        return text
-    mantissa, exponent = text.split("e")
-    return f"{mantissa}e{int(exponent)}"
+    """`2.1e-3`, `1e-6`, `0.25`, `1.5e+4` style: two significant digits, short exponents."""
+    if not math.isfinite(x) or x == 0:
+        return f"{x:g}"
+    if 0.01 <= abs(x) < 1000:
+        return f"{x:.2g}"
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
 
 
 def _size(nbytes: int) -> str:

@@ -67,6 +67,10 @@ class DemoWorker:
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    def check_consistency(self, operation_name: str) -> rankscope.ConsistencyReport:
+        """Compare this rank's parameters and buffers with every other rank's (gloo group)."""
+        return rankscope.verify_distributed_tensors(self.model, operation_name=operation_name)
+
 
 def load_batch(worker: DemoWorker, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     if worker.fault == "stall" and worker.rank == worker.fault_rank and step == worker.fault_step:
