@@ -107,7 +107,16 @@ def test_port_verdicts():
     }
 
 
-def test_post_mortem_decorator_serves_the_raising_frame_then_reraises():
+@pytest.fixture
+def no_probe_left():
+    """A session starts this process's probe (to be listed); stop it after the test."""
+    import rankscope
+
+    yield
+    rankscope.shutdown()
+
+
+def test_post_mortem_decorator_serves_the_raising_frame_then_reraises(no_probe_left):
     @post_mortem(timeout=30)
     def divide(a: int, b: int) -> float:
         ratio_hint = a * 100

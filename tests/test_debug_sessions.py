@@ -7,9 +7,12 @@ import io
 import itertools
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -242,3 +245,19 @@ def test_a_session_whose_process_died_leaves_the_list_and_diagnose_names_it(clus
         )
 
     wait_until(died, timeout=30, interval=1.0, what="diagnose to report the dead session")
+
+
+def test_breakpoint_demo_pauses_one_rank_shows_how_to_attach_and_finishes():
+    """The demo starts a Ray cluster of its own, under its own temp dir."""
+    ray_tmp = tempfile.mkdtemp(prefix="rsd-", dir="/tmp")
+    env = {"RAY_TMPDIR": ray_tmp, "RANKSCOPE_RUN_DIR": ""}
+    try:
+        result = run_cli("demo", "--fault", "breakpoint", "--workers", "2", "--steps", "8", env=env)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    found = re.search(r"(\w{8}) \(rank 1, breakpoint at fault_breakpoint.py:\d+ in inject", out)
+    assert found is not None, out
+    assert f"rankscope debug attach {found.group(1)}" in out
+    assert "all 2 ranks trained 8 steps" in out and "demo done (found it)" in out

@@ -32,6 +32,9 @@ def _registry() -> dict[str, Fault]:
     from rankscope.demo import fault_leak
 
     faults.append(fault_leak.FAULT)
+    from rankscope.demo import fault_breakpoint
+
+    faults.append(fault_breakpoint.FAULT)
     from rankscope.demo import fault_desync
 
     faults.append(fault_desync.FAULT)
