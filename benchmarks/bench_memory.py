@@ -52,6 +52,41 @@ def snapshot_costs() -> dict[str, float]:
     return out
 
 
+def cuda_costs() -> dict[str, float]:
+    """On a GPU: snapshot cost with the CUDA reads, and a real fragmentation check."""
+    import tempfile
+
+    import torch
+
+    import rankscope
+
+    out: dict[str, float] = {}
+    profiler = rankscope.MemoryProfiler(device=0, max_snapshots=1 << 20)
+    out["take_snapshot (cuda:0)"] = per_call_us(profiler.take_snapshot, 5000)
+    out["torch.cuda.memory_stats + mem_get_info"] = per_call_us(
+        lambda: (torch.cuda.memory_stats(0), torch.cuda.mem_get_info(0)), 5000
+    )
+    # fragment the cache: many odd-sized blocks, free every other one
+    blocks = [torch.empty(int((1 + i % 7) * 2**20 * 9.5), device="cuda") for i in range(400)]
+    del blocks[::2]
+    snap = profiler.take_snapshot(tag="fragmented")
+    assert snap.cuda is not None
+    print(
+        f"  cuda after fragmenting: allocated {snap.cuda.allocated / 2**30:.2f} GiB, reserved "
+        f"{snap.cuda.reserved / 2**30:.2f} GiB, inactive split "
+        f"{snap.cuda.inactive_split / 2**30:.2f} GiB, driver used "
+        f"{snap.cuda.device_used / 2**30:.2f} of {snap.cuda.device_total / 2**30:.2f} GiB"
+    )
+    print(f"  verdicts: {[f.verdict.value for f in profiler.findings()] or 'none'}")
+    with rankscope.MemoryProfiler(device=0, track_allocations=True) as traced:
+        x = [torch.empty(2**20, device="cuda") for _ in range(10)]
+        traced.take_snapshot()
+        path = traced.dump_allocation_history(os.path.join(tempfile.mkdtemp(), "viz.pickle"))
+        print(f"  memory_viz snapshot: {path} ({os.path.getsize(path)} bytes)")
+        del x
+    return out
+
+
 def _rank(rank: int, world: int, port: int, steps: int, rounds: int, results: object) -> None:
     import torch
     import torch.distributed as dist
@@ -99,6 +134,7 @@ def step_costs(steps: int, rounds: int) -> dict[str, float]:
     import torch.multiprocessing as mp
 
     warnings.filterwarnings("ignore")
+    os.environ["PYTHONWARNINGS"] = "ignore"  # the spawned ranks too
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -121,6 +157,13 @@ def main() -> None:
         print(f"  {name:<40} {us:9.2f} us")
     stock = costs["psutil memory_info + virtual_memory"]
     print(f"  take_snapshot / stock psutil pair:        {costs['take_snapshot'] / stock:9.2f}x")
+
+    import torch
+
+    if torch.cuda.is_available():
+        print("\nCUDA:")
+        for name, us in cuda_costs().items():
+            print(f"  {name:<40} {us:9.2f} us")
 
     steps = step_costs(args.steps, args.rounds)
     base = steps["none"]

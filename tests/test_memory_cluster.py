@@ -7,7 +7,11 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 
 import pytest
 import ray
@@ -111,3 +115,37 @@ def test_leak_demo_names_the_leaking_rank():
     assert "leak: rank 1 (injected: rank 1)" in out
     report = re.search(r"memory report: (\S+\.html)", out)
     assert report is not None and os.path.exists(report.group(1))
+
+
+def test_memory_watch_refreshes_until_interrupted(memory_ranks):
+    _actors, pids, _reports = memory_ranks
+    command = [sys.executable, "-m", "rankscope.cli.main", "memory", "--watch", "--json"]
+    proc = subprocess.Popen(
+        [*command, "--address", cluster_address()],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    docs: list[dict] = []
+    buffer = ""
+    decoder = json.JSONDecoder()
+    deadline = time.time() + 60
+    assert proc.stdout is not None
+    while len(docs) < 2 and time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        buffer += line
+        try:
+            doc, _ = decoder.raw_decode(buffer.strip())
+        except json.JSONDecodeError:
+            continue
+        docs.append(doc)
+        buffer = ""
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    assert len(docs) == 2, err
+    assert proc.returncode == 1, err  # the leak is still there
+    for doc in docs:
+        ranks = {r["pid"]: r["rank"] for job in doc["data"] for r in job["ranks"]}
+        assert [ranks[p] for p in pids] == [0, 1, 2]
