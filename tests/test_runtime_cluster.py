@@ -58,9 +58,16 @@ def test_status_shows_a_killed_worker_as_dead_within_the_deadline(cluster):
 
     result = CliRunner().invoke(cli.app, ["status", "--json"])
     assert result.exit_code == 1  # a dead rank is a finding
-    rows = [p for ps in json.loads(result.output)["data"].values() for p in ps]
+    jobs = json.loads(result.output)["data"].values()
+    rows = [p for job in jobs for p in job["processes"]]
     mine = [r for r in rows if r["info"]["context"]["pid"] == pid]
     assert mine and mine[0]["state"] == "dead"
+    causes = [
+        job["deaths"][mine[0]["info"]["probe_id"]]
+        for job in jobs
+        if mine[0]["info"]["probe_id"] in job["deaths"]
+    ]
+    assert causes and "Ray: worker died" in causes[0]
     config = Config.from_env()
     assert noticed_after < config.dead_after + config.command_deadline + 2.0
 
@@ -92,7 +99,7 @@ def test_setup_hook_registers_workers_of_another_job_whose_code_never_imports_ra
         assert status.context.job_id == job_id != ray.get_runtime_context().get_job_id()
         # the registry is keyed by job: that job shows its worker and nothing of ours
         result = CliRunner().invoke(cli.app, ["status", "--job", job_id, "--json"])
-        rows = json.loads(result.output)["data"][job_id]
+        rows = json.loads(result.output)["data"][job_id]["processes"]
         assert [r["info"]["context"]["pid"] for r in rows if r["state"] == "alive"] == [pid]
     finally:
         job.communicate(timeout=60)

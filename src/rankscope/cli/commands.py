@@ -29,9 +29,16 @@ __all__ = [
 ]
 
 
-def status(address: str | None, job: str | None) -> dict[str, list[ProbeStatus]]:
+def status(
+    address: str | None, job: str | None
+) -> tuple[dict[str, list[ProbeStatus]], dict[str, str]]:
+    """The registry by job, and why each dead process died (probe id -> one line)."""
+    from rankscope.hang.death import explain_deaths
+
     client = HubClient.attach(address)
-    return _jobs(client, job)
+    jobs = _jobs(client, job)
+    dead = [p for probes in jobs.values() for p in probes if p.state == ProbeState.DEAD]
+    return jobs, explain_deaths(dead) if dead else {}
 
 
 def stacks(

@@ -138,12 +138,23 @@ def status(address: Address = None, job: Job = None, as_json: Json = False) -> N
     """Every registered process: rank, node, pid, actor, state, last heartbeat, version."""
     from rankscope.cli import commands
 
-    jobs = commands.status(address, job)
+    jobs, deaths = commands.status(address, job)
     if as_json:
-        out.print_json(commands.json_of("status", jobs))
+        data = {
+            job_id: {
+                "processes": probes,
+                "deaths": {
+                    p.info.probe_id: deaths[p.info.probe_id]
+                    for p in probes
+                    if p.info.probe_id in deaths
+                },
+            }
+            for job_id, probes in jobs.items()
+        }
+        out.print_json(commands.json_of("status", data))
     else:
         for job_id, probes in jobs.items():
-            out.print(commands.render_status(job_id, probes))
+            out.print(commands.render_status(job_id, probes, deaths))
     if commands.any_lost(jobs):
         raise typer.Exit(1)
 

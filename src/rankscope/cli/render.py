@@ -152,7 +152,12 @@ def render_hang(report: HangReport) -> RenderableType:
 
 
 # ------------------------------------------------------------------- status
-def render_status(job_id: str, probes: Sequence[ProbeStatus], now: float | None = None) -> Table:
+def render_status(
+    job_id: str,
+    probes: Sequence[ProbeStatus],
+    deaths: dict[str, str] | None = None,
+    now: float | None = None,
+) -> RenderableType:
     now = time.time() if now is None else now
     table = Table(
         title=f"job {job_id}: {len(probes)} processes (seen, stepped: seconds ago)",
@@ -173,7 +178,15 @@ def render_status(job_id: str, probes: Sequence[ProbeStatus], now: float | None 
             ago(now, p.progress.last_progress),
             p.info.version,
         )
-    return table
+    causes = [
+        Text(
+            f"{p.context.label} (pid {p.context.pid}) died: {(deaths or {})[p.info.probe_id]}",
+            style="red",
+        )
+        for p in probes
+        if p.info.probe_id in (deaths or {})
+    ]
+    return Group(table, *causes) if causes else table
 
 
 _STATE_STYLE = {
