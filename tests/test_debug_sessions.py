@@ -160,8 +160,11 @@ def test_wrong_token_is_refused_and_the_session_stays_open(ranks):
     assert f"rank 0  pid {session.pid}@{session.node_ip}  127.0.0.1:{session.port}" in line
     assert "listening (loopback): bound to loopback" in line  # rank 0 is on the other node
 
-    out, prompts = _terminal(session, ["p some_local['answer'] * 2", "c"])
+    out, prompts = _terminal(session, ["p some_local['answer'] * 2", "l", "n", "q"])
     assert "84" in out and prompts[0] == "(Pdb) "
+    assert "->\t        return some_local" in out  # `l` marks the line after the breakpoint
+    assert "--Return--" in out  # `n` stepped to the return
+    assert "rankscope: detached; the process continues" in out  # `q` never kills the job
     assert ray.get(ref, timeout=30) == 42
     logs = ray.get(ranks[0].logs.remote())
     assert any(f"debug session {session.id} refused a connection" in line for line in logs)
