@@ -75,7 +75,11 @@ def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
     members = {m["pid"]: m for g in groups for m in g["members"]}
     assert set(pids) <= set(members)
     assert {members[p]["rank"] for p in pids} == {0, 1, 2, 3}
-    assert len({members[p]["node_id"] for p in pids}) == 2  # two nodes
+    nodes = {p: members[p]["node_id"][:8] for p in pids}
+    assert len(set(nodes.values())) == 2, (
+        nodes,
+        ray.get([a.node_id.remote() for a in actors]),
+    )  # two nodes
     release.write_text("go")
 
 
@@ -101,4 +105,5 @@ def test_unresponsive_probe_falls_back_to_py_spy_on_the_process_node(cluster):
         f"rank 5: match <- spin_holding_the_gil workers.py:{spin_line} [MainThread; via py-spy]"
         in out
     )
+    assert "unresponsive: rank 5 (probe did not answer within 1s); stack taken with py-spy" in out
     assert "rankscope-probe" not in out  # our own thread is never shown

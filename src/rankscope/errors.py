@@ -32,10 +32,6 @@ class VersionMismatchError(UserError):
     """A probe or hub runs another rankscope version than this CLI."""
 
 
-class HubUnavailableError(RankscopeError):
-    """Internal: the hub did not answer in time (it may be restarting)."""
-
-
 class CheckpointError(UserError):
     """A checkpoint or config that cannot be read or converted: the message names the file."""
 

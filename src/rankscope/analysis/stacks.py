@@ -20,6 +20,8 @@ class StackMember:
     actor_class: str | None
     thread_name: str
     source: str
+    unresponsive: str = ""
+    """Why the probe did not answer, when the stack came from py-spy instead."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ def group_stacks(job_id: str, processes: Sequence[ProcessStacks]) -> StackReport
                 ctx.actor_class,
                 thread.thread_name,
                 proc.source,
+                proc.error if proc.source == "py-spy" else "",
             )
             key = tuple((f.filename, f.lineno, f.function) for f in thread.frames)
             buckets.setdefault(key, []).append((thread, member))

@@ -79,6 +79,15 @@ def _render_group(group: StackGroup, all_frames: bool) -> RenderableType:
     title.append(f": {group.headline}", style="bold")
     title.append(_thread_note(group), style="dim")
     lines = [title]
+    silent = sorted(
+        {(m.rank, m.pid, m.unresponsive) for m in group.members if m.unresponsive},
+        key=lambda t: (t[0] is None, t[0] or 0, t[1]),
+    )
+    for rank, pid, why in silent:
+        who = f"rank {rank}" if rank is not None else f"pid {pid}"
+        lines.append(
+            Text(f"    unresponsive: {who} ({why}); stack taken with py-spy", style="yellow")
+        )
     for line in frame_lines(group.frames, all_frames=all_frames):
         lines.append(Text(f"    {line}", style="dim" if line.startswith("...") else ""))
     return Group(*lines)
