@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rankscope.runtime.probe import register_handler
+from rankscope.runtime.probe import register_handler, register_step_hook
 
 log = logging.getLogger("rankscope")
 
@@ -42,6 +42,7 @@ _lock = threading.Lock()
 _wake = threading.Event()
 
 
+@register_step_hook
 def wait_if_paused() -> None:
     """Called by `rankscope.step()`: returns at once unless another rank holds a sync session."""
     if not _paused:

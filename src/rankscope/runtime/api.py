@@ -13,8 +13,7 @@ import threading
 
 from rankscope.config import Config
 from rankscope.context import set_explicit_rank
-from rankscope.debug.sync import wait_if_paused
-from rankscope.runtime.probe import Probe, progress
+from rankscope.runtime.probe import Probe, progress, step_hooks
 
 log = logging.getLogger("rankscope")
 
@@ -69,7 +68,8 @@ def setup_worker() -> None:
 def step() -> None:
     """Mark one unit of training progress; the hub shows the step and when it last moved."""
     progress.tick()
-    wait_if_paused()  # returns at once unless another rank holds a sync debug session
+    for hook in step_hooks:  # e.g. a sync debug session pausing this rank
+        hook()
 
 
 def current_probe() -> Probe | None:

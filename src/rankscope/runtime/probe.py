@@ -40,6 +40,8 @@ Startup = Callable[["Probe"], None]
 _HANDLERS: dict[str, Handler] = {}
 _SUMMARIES: dict[str, Summary] = {}
 _STARTUPS: list[Startup] = []
+step_hooks: list[Callable[[], None]] = []
+"""Called by every `rankscope.step()`; each must return at once when it has nothing to do."""
 
 
 def register_handler(kind: str) -> Callable[[Handler], Handler]:
@@ -60,6 +62,12 @@ def register_summary(name: str) -> Callable[[Summary], Summary]:
         return fn
 
     return decorate
+
+
+def register_step_hook(fn: Callable[[], None]) -> Callable[[], None]:
+    """Run `fn()` in every `rankscope.step()` (features that pause or sample at step bounds)."""
+    step_hooks.append(fn)
+    return fn
 
 
 def register_startup(fn: Startup) -> Startup:
@@ -139,6 +147,8 @@ class Probe:
                     continue
                 self._heartbeat()
                 backoff = self.config.heartbeat_interval
+            except SystemExit:  # Ray is shutting down under us (a driver's ray.shutdown())
+                return
             except Exception as exc:  # contained: the job must never see our failures
                 self.errors += 1
                 self._hub, self._registered = None, None
