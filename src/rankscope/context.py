@@ -140,7 +140,7 @@ def _read_static_identity(pid: int) -> _StaticIdentity:
         node_id = ctx.get_node_id() or ""
         job_id = ctx.get_job_id() or ""
         actor_id = ctx.get_actor_id()
-        actor_class = _actor_class_name(ctx) if actor_id else None
+        actor_class = _actor_class_name(actor_id) if actor_id else None
         try:
             node_ip = ray.util.get_node_ip_address()
         except Exception:
@@ -148,11 +148,17 @@ def _read_static_identity(pid: int) -> _StaticIdentity:
     return _StaticIdentity(node_id, node_ip, hostname, pid, job_id, actor_id, actor_class)
 
 
-def _actor_class_name(ctx: object) -> str | None:
-    """The class of the current actor; Ray exposes it only through the handle's descriptor."""
+def _actor_class_name(actor_id: str) -> str | None:
+    """The current actor's class, from the GCS actor table.
+
+    Not from `get_runtime_context().current_actor`: asking for the handle while the actor is
+    still being created can fail a fatal Ray check and kill the worker.
+    """
     try:
-        handle = ctx.current_actor  # type: ignore[attr-defined]
-        return str(handle._ray_actor_creation_function_descriptor.class_name)
+        from ray._private import state
+
+        name = state.actors(actor_id).get("ActorClassName")
+        return str(name) if name else None
     except Exception:
         return None
 
