@@ -25,18 +25,20 @@ def _line_of(function: object, text: str) -> int:
 def four_ranks(cluster):
     """Ranks 0-2 on the head node, rank 3 on the second node, one gloo group."""
     actor = ray.remote(num_cpus=0)(GlooRank)
-    actors = [actor.remote(r, 4) for r in range(3)]
+    on_head = actor.options(resources={"node:__internal_head__": 0.01})
+    actors = [on_head.remote(r, 4) for r in range(3)]
     actors.append(actor.options(resources={WORKER_NODE_RESOURCE: 1}).remote(3, 4))
     form_group(actors)
     pids = ray.get([a.pid.remote() for a in actors])
+    node_ids = ray.get([a.node_id.remote() for a in actors])
     wait_registered(pids, ranked=True)
-    yield actors, pids
+    yield actors, pids, node_ids
     for a in actors:
         ray.kill(a)
 
 
 def test_stacks_groups_the_waiting_ranks_and_names_the_one_that_never_joined(four_ranks, tmp_path):
-    actors, _pids = four_ranks
+    actors, _, _ = four_ranks
     release = tmp_path / "release"
     running = [a.step_once.remote(str(release) if r == 3 else None) for r, a in enumerate(actors)]
 
@@ -61,7 +63,7 @@ def test_stacks_groups_the_waiting_ranks_and_names_the_one_that_never_joined(fou
 
 
 def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
-    actors, pids = four_ranks
+    actors, pids, node_ids = four_ranks
     release = tmp_path / "release"
     for r, a in enumerate(actors):
         a.step_once.remote(str(release) if r == 3 else None)
@@ -75,11 +77,9 @@ def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
     members = {m["pid"]: m for g in groups for m in g["members"]}
     assert set(pids) <= set(members)
     assert {members[p]["rank"] for p in pids} == {0, 1, 2, 3}
-    nodes = {p: members[p]["node_id"][:8] for p in pids}
-    assert len(set(nodes.values())) == 2, (
-        nodes,
-        ray.get([a.node_id.remote() for a in actors]),
-    )  # two nodes
+    expected = dict(zip(pids, node_ids, strict=True))
+    assert {p: members[p]["node_id"] for p in pids} == expected
+    assert len(set(node_ids)) == 2  # two nodes
     release.write_text("go")
 
 
