@@ -143,6 +143,7 @@ def main() -> None:
     import ray
 
     ray.init(
+        address="local",
         num_cpus=4,
         include_dashboard=False,
         logging_level=logging.ERROR,

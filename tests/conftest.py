@@ -26,6 +26,17 @@ import pytest  # noqa: E402
 WORKER_NODE_RESOURCE = "second_node"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "before_cluster: needs no Ray cluster on this machine; runs first"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Ray finds any running cluster on the machine: tests of "no cluster" run before ours."""
+    items.sort(key=lambda item: item.get_closest_marker("before_cluster") is None)
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[object]:
     """A head node and a worker node (tagged with a custom resource) on this machine."""

@@ -8,6 +8,7 @@ import tempfile
 import time
 
 import psutil
+import pytest
 import ray
 from typer.testing import CliRunner
 
@@ -37,6 +38,7 @@ def test_unreachable_address():
     _one_clear_line(result, "cannot reach a Ray cluster at 127.0.0.1:9")
 
 
+@pytest.mark.before_cluster
 def test_no_cluster_running_says_how_to_point_at_one():
     with tempfile.TemporaryDirectory(prefix="rs-none-", dir="/tmp") as empty:
         result = run_cli("stacks", env={"RAY_TMPDIR": empty})

@@ -7,6 +7,8 @@ import inspect
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import ray
@@ -14,6 +16,7 @@ from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
 from helpers import cluster_address, probes_by_pid, run_cli, wait_registered
+from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
 from workers import GlooRank, form_group, wait_for_data, wait_until
 
@@ -47,11 +50,26 @@ def _hang_json(*args: str) -> tuple[int, dict]:
     return result.exit_code, report
 
 
-def test_healthy_ranks_exit_0(four_ranks):
-    actors, _ = four_ranks
-    ray.get([a.reduce_steps.remote(3) for a in actors])
-    code, report = _hang_json()
-    assert code == 0 and report["ok"] and report["findings"] == []
+def test_healthy_job_exits_0(cluster):
+    job = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "gloo_job.py"), cluster_address()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert job.stdout is not None
+        job_id = job.stdout.readline().strip()
+        wait_until(
+            lambda: sum(p.context.rank is not None for p in HubClient.attach().probes(job_id)) == 4,
+            what="the job's four ranks",
+        )
+        result = run_cli("hang", "--address", cluster_address(), "--job", job_id)
+    finally:
+        job.communicate(timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"job {job_id}: healthy: no rank is stuck" in result.stdout
+    assert "group 0 (ranks 0-3): last #" in result.stdout
 
 
 def test_rank_that_skips_an_all_reduce_is_named_with_the_sequence_number_and_line(

@@ -50,6 +50,7 @@ def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:
     run_dir = tempfile.mkdtemp(prefix="rankscope-demo-")
     console.print(f"[bold]rankscope demo[/]: {plan.workers} ranks, gloo, fault={plan.fault}")
     ray.init(
+        address="local",  # always a new embedded cluster, even beside a running one
         num_cpus=plan.workers,
         include_dashboard=False,
         logging_level=logging.ERROR,

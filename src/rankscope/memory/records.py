@@ -131,8 +131,10 @@ METRICS = {
 }
 """Every metric a snapshot can carry, in the order reports show them."""
 
-LEAK_METRICS = ("rss", "cuda_allocated", "cuda_reserved", "device_used")
-"""Metrics the leak test runs on: the process on the host, tensors, the cache, the driver."""
+LEAK_METRICS = ("rss", "tracemalloc", "cuda_allocated", "cuda_reserved", "device_used")
+"""Metrics the leak test runs on: the process on the host, its Python objects when tracemalloc
+traces them (a long-lived process can leak into freed heap pages, so RSS stays flat), tensors,
+the cache, the driver."""
 
 
 @dataclass(frozen=True)
