@@ -28,10 +28,7 @@ def _collectives_command(args: dict[str, Any]) -> RecorderSnapshot:
 @register_summary("collectives")
 def last_collectives() -> RecorderSnapshot:
     """The last few records: small enough to send with every heartbeat."""
-    snapshot = collective_recorder().snapshot()
-    return RecorderSnapshot(
-        snapshot.records[-SUMMARY_RECORDS:], snapshot.groups, snapshot.dropped, snapshot.recording
-    )
+    return collective_recorder().snapshot(last=SUMMARY_RECORDS)
 
 
 @register_summary("where")

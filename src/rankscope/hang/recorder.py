@@ -14,6 +14,7 @@ import collections
 import contextlib
 import importlib.abc
 import importlib.machinery
+import itertools
 import sys
 import threading
 import time
@@ -110,21 +111,26 @@ class CollectiveRecorder:
         self.total += 1
         return entry
 
-    def snapshot(self) -> RecorderSnapshot:
+    def snapshot(self, last: int | None = None) -> RecorderSnapshot:
+        """The ring buffer (only its `last` calls when given), frozen for sending."""
         entries = list(self.entries)
+        dropped = max(0, self.total - len(entries))
+        if last is not None:
+            entries = entries[-last:]
         return RecorderSnapshot(
             records=tuple(e.freeze() for e in entries),
             groups={name: ranks for name, ranks, _ in self._groups.values()},
-            dropped=max(0, self.total - len(entries)),
+            dropped=dropped,
             recording=_installed is not None,
         )
 
     def in_flight(self, older_than: float) -> CollectiveRecord | None:
         """The oldest call still running that started before `older_than` (for the watchdog)."""
-        for entry in list(self.entries)[-16:]:
+        oldest = None
+        for entry in itertools.islice(reversed(self.entries), 16):
             if entry.state is CallState.STARTED and entry.start < older_than:
-                return entry.freeze()
-        return None
+                oldest = entry
+        return None if oldest is None else oldest.freeze()
 
     def _group(self, group: Any) -> tuple[str, Any]:
         key = id(group)
