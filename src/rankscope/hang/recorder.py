@@ -99,8 +99,17 @@ class CollectiveRecorder:
     def begin(
         self, op: str, p2p: bool, group: Any, tensors: Sequence[Any], caller: tuple[str, int]
     ) -> _Entry:
-        name, pg = self._group(group)
-        seq = self._next_seq(name, pg, p2p)
+        known = self._groups.get(id(group))
+        if known is None:
+            known = self._groups[id(group)] = self._describe(group)
+        name, _, pg = known
+        if p2p:
+            seq = self._own_counter(f"{name}/p2p")
+        else:
+            try:  # torch's own counter: aligned across ranks even if we started late
+                seq = pg._get_sequence_number_for_group() + 1
+            except Exception:
+                seq = self._own_counter(name)
         if len(tensors) == 1:  # the common case, without building generators
             shapes, dtypes = (tensors[0].shape,), (tensors[0].dtype,)
         else:
@@ -132,14 +141,6 @@ class CollectiveRecorder:
                 oldest = entry
         return None if oldest is None else oldest.freeze()
 
-    def _group(self, group: Any) -> tuple[str, Any]:
-        key = id(group)
-        known = self._groups.get(key)
-        if known is None:
-            known = self._describe(group)
-            self._groups[key] = known
-        return known[0], known[2]
-
     def _describe(self, group: Any) -> tuple[str, tuple[int, ...], Any]:
         import torch.distributed as dist
 
@@ -150,13 +151,7 @@ class CollectiveRecorder:
             ranks = ()
         return str(getattr(pg, "group_name", "") or id(pg)), ranks, pg
 
-    def _next_seq(self, name: str, pg: Any, p2p: bool) -> int:
-        if not p2p:
-            try:
-                return int(pg._get_sequence_number_for_group()) + 1
-            except Exception:
-                pass
-        key = f"{name}/p2p" if p2p else name
+    def _own_counter(self, key: str) -> int:
         self._own_seq[key] += 1
         return self._own_seq[key]
 
@@ -245,6 +240,12 @@ def _patch(dist: ModuleType) -> None:
 def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     import inspect
 
+    import torch
+    from torch.distributed.distributed_c10d import GroupMember
+
+    tensor_type = torch.Tensor
+    now = time.time
+    completed = CallState.COMPLETED
     params = list(inspect.signature(fn).parameters)
     group_at = params.index("group") if "group" in params else None
     batch = op == "batch_isend_irecv"
@@ -259,7 +260,14 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                 group = kwargs.get("group")
                 if group is None and group_at is not None and len(args) > group_at:
                     group = args[group_at]
-                tensors = _tensors(args)
+                if group is None:  # the default group, as it is now (it may be re-created)
+                    group = GroupMember.WORLD
+                tensors = [
+                    a if isinstance(a, tensor_type) else a[0]
+                    for a in args
+                    if isinstance(a, tensor_type)
+                    or (isinstance(a, list) and a and isinstance(a[0], tensor_type))
+                ]
             frame = sys._getframe(1)
             entry = _recorder.begin(
                 op, p2p, group, tensors, (frame.f_code.co_filename, frame.f_lineno)
@@ -271,7 +279,11 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         except BaseException:
             entry.finish(CallState.FAILED)
             raise
-        if result is None or not _is_work(result):
+        if result is None:  # a synchronous call returned: done (inlined, the hot path)
+            entry.end = now()
+            entry.state = completed
+            return None
+        if not _is_work(result):
             if isinstance(result, list) and result and _is_work(result[0]):
                 return [_RecordedWork(w, entry) for w in result]
             entry.finish(CallState.COMPLETED)
@@ -286,17 +298,6 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _is_work(value: Any) -> bool:
     return hasattr(value, "wait") and hasattr(value, "is_completed")
-
-
-def _tensors(args: tuple[Any, ...]) -> list[Any]:
-    """The tensors among the positional arguments; a list counts by its first element."""
-    found = []
-    for arg in args:
-        if hasattr(arg, "shape") and hasattr(arg, "dtype"):
-            found.append(arg)
-        elif isinstance(arg, list) and arg and hasattr(arg[0], "shape"):
-            found.append(arg[0])
-    return found
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
