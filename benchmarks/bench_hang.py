@@ -17,21 +17,28 @@ import sys
 import tempfile
 import time
 
-MODES = ("plain", "rankscope", "detail")
+MODES = ("plain", "rankscope", "busy2us", "detail")
+"""busy2us: a control, a wrapper that only spins for 2 µs, to show what any 2 µs costs here."""
+WARMUP_CALLS = 3000
+"""More than the ring's 2,000 slots: measure the steady state, not the ring filling once."""
 
 
 def worker(mode: str, rank: int, rendezvous: str, calls: int) -> None:
     import torch
     import torch.distributed as dist
 
-    if mode in ("rankscope", "imported"):
+    if len(os.sched_getaffinity(0)) >= 2:  # one core per rank: less scheduler noise
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank]})
+    torch.set_num_threads(1)
+    if mode == "rankscope":
         from rankscope.hang.recorder import record_collectives
 
-        if mode == "rankscope":
-            record_collectives()
+        record_collectives()
+    if mode == "busy2us":
+        _spin_before(dist, 2e-6)
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
     x = torch.ones(1)
-    for _ in range(200):
+    for _ in range(WARMUP_CALLS):
         dist.all_reduce(x)
     dist.barrier()
     start, cpu = time.perf_counter(), time.process_time()
@@ -42,6 +49,18 @@ def worker(mode: str, rank: int, rendezvous: str, calls: int) -> None:
     if rank == 0:
         print(f"{elapsed / calls * 1e6:.3f} {cpu / calls * 1e6:.3f}")
     dist.destroy_process_group()
+
+
+def _spin_before(dist: object, seconds: float) -> None:
+    original = dist.all_reduce  # type: ignore[attr-defined]
+
+    def all_reduce(*args: object, **kwargs: object) -> object:
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            pass
+        return original(*args, **kwargs)
+
+    dist.all_reduce = all_reduce  # type: ignore[attr-defined]
 
 
 def one_trial(mode: str, calls: int) -> tuple[float, float]:

@@ -129,3 +129,25 @@ def test_recorder_sees_sync_async_and_subgroup_calls(tmp_path):
 def _line(text: str) -> int:
     with open(__file__) as f:
         return next(i for i, line in enumerate(f, 1) if text in line and "_line(" not in line)
+
+
+def test_ring_keeps_the_last_calls_and_ignores_late_completions(tmp_path):
+    from rankscope.hang.recorder import CollectiveRecorder
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
+    try:
+        ring = CollectiveRecorder(capacity=4)
+        world = dist.group.WORLD
+        slots = [
+            ring.begin("all_reduce", False, world, [torch.ones(i + 1)], ("t.py", i))
+            for i in range(6)
+        ]
+        first_entry, first_generation = slots[0]
+        first_entry.finish(CallState.COMPLETED, first_generation)  # its slot now holds call 4
+        snapshot = ring.snapshot()
+    finally:
+        dist.destroy_process_group()
+    assert [r.caller for r in snapshot.records] == ["t.py:2", "t.py:3", "t.py:4", "t.py:5"]
+    assert [r.tensors for r in snapshot.records][-1] == "float32[6]"
+    assert snapshot.dropped == 2
+    assert all(r.state is CallState.STARTED for r in snapshot.records)

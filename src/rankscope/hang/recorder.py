@@ -14,7 +14,6 @@ import collections
 import contextlib
 import importlib.abc
 import importlib.machinery
-import itertools
 import sys
 import threading
 import time
@@ -48,29 +47,41 @@ DEFAULT_CAPACITY = 2000
 
 
 class _Entry:
-    """Mutable while the call runs; turned into a frozen CollectiveRecord on snapshot."""
+    """One slot of the ring, rewritten in place for every call (no garbage per call)."""
 
-    __slots__ = ("caller", "dtypes", "end", "group", "op", "p2p", "seq", "shapes", "start", "state")
+    __slots__ = (
+        "caller",
+        "dtypes",
+        "end",
+        "generation",
+        "group",
+        "op",
+        "p2p",
+        "seq",
+        "shapes",
+        "start",
+        "state",
+    )
 
-    def __init__(
-        self,
-        group: str,
-        seq: int,
-        op: str,
-        shapes: tuple[Any, ...],
-        dtypes: tuple[Any, ...],
-        caller: tuple[str, int],
-        p2p: bool,
-    ) -> None:
-        self.group, self.seq, self.op = group, seq, op
-        self.shapes, self.dtypes, self.caller, self.p2p = shapes, dtypes, caller, p2p
-        self.start = time.time()
-        self.end: float | None = None
-        self.state = CallState.STARTED
+    group: str
+    seq: int
+    op: str
+    p2p: bool
+    shapes: tuple[Any, ...]
+    dtypes: tuple[Any, ...]
+    caller: tuple[str, int]
+    start: float
+    end: float | None
+    state: CallState
 
-    def finish(self, state: CallState) -> None:
-        self.end = time.time()
-        self.state = state
+    def __init__(self) -> None:
+        self.generation = -1
+        """Which call (the recorder's running count) this slot holds now."""
+
+    def finish(self, state: CallState, generation: int) -> None:
+        if self.generation == generation:  # not yet reused by a later call
+            self.end = time.time()
+            self.state = state
 
     def freeze(self) -> CollectiveRecord:
         return CollectiveRecord(
@@ -88,17 +99,24 @@ class _Entry:
 
 
 class CollectiveRecorder:
-    """The ring buffer and the per-group bookkeeping; one per process."""
+    """The ring buffer and the per-group bookkeeping; one per process.
+
+    The ring's slots are allocated once and rewritten in place: recording creates no
+    long-lived objects, so it never makes the garbage collector walk a large heap.
+    """
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
-        self.entries: collections.deque[_Entry] = collections.deque(maxlen=capacity)
+        self.capacity = capacity
+        self._ring = [_Entry() for _ in range(capacity)]
         self.total = 0
+        """Calls recorded since the start (the ring keeps the last `capacity`)."""
         self._groups: dict[int, tuple[str, tuple[int, ...], Any]] = {}
         self._own_seq: dict[str, int] = collections.defaultdict(int)
 
     def begin(
         self, op: str, p2p: bool, group: Any, tensors: Sequence[Any], caller: tuple[str, int]
-    ) -> _Entry:
+    ) -> tuple[_Entry, int]:
+        """Record a call as started; returns its slot and generation for `finish`."""
         known = self._groups.get(id(group))
         if known is None:
             known = self._groups[id(group)] = self._describe(group)
@@ -115,17 +133,29 @@ class CollectiveRecorder:
         else:
             shapes = tuple([t.shape for t in tensors])
             dtypes = tuple([t.dtype for t in tensors])
-        entry = _Entry(name, seq, op, shapes, dtypes, caller, p2p)
-        self.entries.append(entry)
-        self.total += 1
-        return entry
+        generation = self.total
+        entry = self._ring[generation % self.capacity]
+        entry.generation = -1  # torn while rewritten: snapshots skip it
+        entry.group, entry.seq, entry.op, entry.p2p = name, seq, op, p2p
+        entry.shapes, entry.dtypes, entry.caller = shapes, dtypes, caller
+        entry.start, entry.end, entry.state = time.time(), None, CallState.STARTED
+        entry.generation = generation
+        self.total = generation + 1
+        return entry, generation
+
+    def _ordered(self, last: int | None = None) -> list[_Entry]:
+        """Filled slots, oldest first (the last `last` of them when given)."""
+        count = min(self.total, self.capacity)
+        if last is not None:
+            count = min(count, last)
+        first = self.total - count
+        slots = [self._ring[i % self.capacity] for i in range(first, self.total)]
+        return [e for e in slots if e.generation >= first]
 
     def snapshot(self, last: int | None = None) -> RecorderSnapshot:
         """The ring buffer (only its `last` calls when given), frozen for sending."""
-        entries = list(self.entries)
-        dropped = max(0, self.total - len(entries))
-        if last is not None:
-            entries = entries[-last:]
+        entries = self._ordered(last)
+        dropped = max(0, self.total - self.capacity)
         return RecorderSnapshot(
             records=tuple(e.freeze() for e in entries),
             groups={name: ranks for name, ranks, _ in self._groups.values()},
@@ -135,11 +165,10 @@ class CollectiveRecorder:
 
     def in_flight(self, older_than: float) -> CollectiveRecord | None:
         """The oldest call still running that started before `older_than` (for the watchdog)."""
-        oldest = None
-        for entry in itertools.islice(reversed(self.entries), 16):
+        for entry in self._ordered(last=16):
             if entry.state is CallState.STARTED and entry.start < older_than:
-                oldest = entry
-        return None if oldest is None else oldest.freeze()
+                return entry.freeze()
+        return None
 
     def _describe(self, group: Any) -> tuple[str, tuple[int, ...], Any]:
         import torch.distributed as dist
@@ -159,22 +188,22 @@ class CollectiveRecorder:
 class _RecordedWork:
     """Stands in for an async op's Work: completion is recorded when wait() returns."""
 
-    def __init__(self, work: Any, entry: _Entry) -> None:
-        self._work, self._entry = work, entry
+    def __init__(self, work: Any, entry: _Entry, generation: int) -> None:
+        self._work, self._entry, self._generation = work, entry, generation
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         try:
             result = self._work.wait(*args, **kwargs)
         except BaseException:
-            self._entry.finish(CallState.FAILED)
+            self._entry.finish(CallState.FAILED, self._generation)
             raise
-        self._entry.finish(CallState.COMPLETED)
+        self._entry.finish(CallState.COMPLETED, self._generation)
         return result
 
     def is_completed(self) -> bool:
         done = bool(self._work.is_completed())
-        if done and self._entry.state is CallState.STARTED:
-            self._entry.finish(CallState.COMPLETED)
+        if done:
+            self._entry.finish(CallState.COMPLETED, self._generation)
         return done
 
     def __getattr__(self, name: str) -> Any:
@@ -269,7 +298,7 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                     or (isinstance(a, list) and a and isinstance(a[0], tensor_type))
                 ]
             frame = sys._getframe(1)
-            entry = _recorder.begin(
+            entry, generation = _recorder.begin(
                 op, p2p, group, tensors, (frame.f_code.co_filename, frame.f_lineno)
             )
         except Exception:  # recording must never change the call
@@ -277,18 +306,19 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             result = fn(*args, **kwargs)
         except BaseException:
-            entry.finish(CallState.FAILED)
+            entry.finish(CallState.FAILED, generation)
             raise
         if result is None:  # a synchronous call returned: done (inlined, the hot path)
-            entry.end = now()
-            entry.state = completed
+            if entry.generation == generation:
+                entry.end = now()
+                entry.state = completed
             return None
         if not _is_work(result):
             if isinstance(result, list) and result and _is_work(result[0]):
-                return [_RecordedWork(w, entry) for w in result]
-            entry.finish(CallState.COMPLETED)
+                return [_RecordedWork(w, entry, generation) for w in result]
+            entry.finish(CallState.COMPLETED, generation)
             return result
-        return _RecordedWork(result, entry)
+        return _RecordedWork(result, entry, generation)
 
     recorded.__wrapped__ = fn  # type: ignore[attr-defined]
     recorded.__name__ = fn.__name__
