@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 
 from rankscope.analysis.hang import HangReport
 from rankscope.analysis.ranks import parse_rank_spec
-from rankscope.analysis.selection import filter_ranks, select_jobs
 from rankscope.analysis.stacks import StackReport, group_stacks
 from rankscope.cli.render import render_hang, render_stacks, render_status, to_json
 from rankscope.errors import UserError
-from rankscope.runtime.client import HubClient, check_probe_versions
+from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import filter_ranks
 from rankscope.stacks.collect import collect_stacks
 
 __all__ = [
@@ -36,7 +36,7 @@ def status(
     from rankscope.hang.death import explain_deaths
 
     client = HubClient.attach(address)
-    jobs = _jobs(client, job)
+    jobs = client.jobs(job)
     dead = [p for probes in jobs.values() for p in probes if p.state == ProbeState.DEAD]
     return jobs, explain_deaths(dead) if dead else {}
 
@@ -52,7 +52,7 @@ def stacks(
     wanted = parse_rank_spec(ranks) if ranks is not None else None  # bad spec: fail before Ray
     client = client or HubClient.attach(address)
     reports = []
-    for job_id, probes in _jobs(client, job).items():
+    for job_id, probes in client.jobs(job).items():
         chosen = filter_ranks(probes, wanted)
         if not chosen:
             raise UserError(
@@ -68,20 +68,8 @@ def hang(address: str | None, job: str | None, min_wait_s: float) -> list[HangRe
     client = HubClient.attach(address)
     return [
         hang_report(client, job_id, probes, min_wait_s=min_wait_s)
-        for job_id, probes in _jobs(client, job).items()
+        for job_id, probes in client.jobs(job).items()
     ]
-
-
-def _jobs(client: HubClient, job: str | None) -> dict[str, list[ProbeStatus]]:
-    jobs = select_jobs(client.probes(), job)
-    if not jobs:
-        raise UserError(
-            "the rankscope hub has no registered processes yet: is the job running, and does it "
-            "call rankscope.init() or use the worker_process_setup_hook?"
-        )
-    for probes in jobs.values():
-        check_probe_versions(probes)
-    return jobs
 
 
 def any_lost(jobs: Mapping[str, Sequence[ProbeStatus]]) -> bool:

@@ -10,10 +10,8 @@ from rankscope.analysis.environment import (
     ProcessFacts,
     compare_environments,
 )
-from rankscope.analysis.selection import select_jobs
 from rankscope.cli.render import to_json
-from rankscope.errors import UserError
-from rankscope.runtime.client import HubClient, check_probe_versions
+from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
 
 DEADLINE_S = 5.0
@@ -21,12 +19,8 @@ DEADLINE_S = 5.0
 
 def check_environment(address: str | None, job: str | None, as_json: bool, console: Console) -> int:
     client = HubClient.attach(address)
-    jobs = select_jobs(client.probes(), job)
-    if not jobs:
-        raise UserError("the rankscope hub has no registered processes yet: is the job running?")
     results = {}
-    for job_id, probes in jobs.items():
-        check_probe_versions(probes)
+    for job_id, probes in client.jobs(job).items():
         live = [p for p in probes if p.state != ProbeState.DEAD]
         answer = client.fan_out("environment", live, deadline_s=DEADLINE_S)
         by_id = {p.info.probe_id: p for p in live}

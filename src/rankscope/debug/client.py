@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from rankscope.analysis.debug import AttachRoute, select_session
-from rankscope.analysis.selection import select_jobs
 from rankscope.debug.model import DebugSession
 from rankscope.debug.tunnel import Connection, RelayConnection, SocketConnection
 from rankscope.errors import UserError
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import select_jobs
 
 LIST_DEADLINE_S = 3.0
 PROMPTS = ("(Pdb) ", ">>> ", "... ")

@@ -37,21 +37,8 @@ class SocketConnection:
         self._sock.close()
 
 
-class Relay:
+class Relay(SocketConnection):
     """Runs on the session's node (a Ray actor); connects to the session's loopback port."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._sock = socket.create_connection((host, port), timeout=5.0)
-        self._sock.settimeout(None)
-
-    def send(self, data: bytes) -> None:
-        self._sock.sendall(data)
-
-    def recv(self, wait_s: float) -> bytes | None:
-        return _recv(self._sock, wait_s)
-
-    def close(self) -> None:
-        self._sock.close()
 
 
 class RelayConnection:

@@ -11,11 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from rankscope.analysis import memory as analysis
-from rankscope.analysis.selection import select_jobs
-from rankscope.errors import UserError
 from rankscope.memory.handler import RankMemoryReply
 from rankscope.memory.records import MemorySnapshot
-from rankscope.runtime.client import HubClient, check_probe_versions
+from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
 DEFAULT_DEADLINE_S = 3.0
@@ -36,15 +34,7 @@ class JobMemory:
 
 
 def jobs(client: HubClient, job: str | None) -> dict[str, list[ProbeStatus]]:
-    found = select_jobs(client.probes(), job)
-    if not found:
-        raise UserError(
-            "the rankscope hub has no registered processes yet: is the job running, and does it "
-            "call rankscope.init() or use the worker_process_setup_hook?"
-        )
-    for probes in found.values():
-        check_probe_versions(probes)
-    return found
+    return client.jobs(job)
 
 
 def collect(

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rankscope._version import __version__
-from rankscope.errors import NoClusterError, NoHubError, VersionMismatchError
+from rankscope.errors import NoClusterError, NoHubError, UserError, VersionMismatchError
 from rankscope.runtime.protocol import FanOutResult, HubInfo, ProbeState, ProbeStatus
+from rankscope.runtime.selection import select_jobs
 
 CONNECT_TIMEOUT_S = 3.0
 HUB_CALL_TIMEOUT_S = 30.0
@@ -95,6 +96,21 @@ class HubClient:
                     "on the cluster"
                 )
         return client
+
+    def jobs(self, job_id: str | None = None) -> dict[str, list[ProbeStatus]]:
+        """The registered processes of the jobs a command is about (see `select_jobs`).
+
+        Raises when there are none, or when a live probe runs another rankscope version.
+        """
+        jobs = select_jobs(self.probes(), job_id)
+        if not jobs:
+            raise UserError(
+                "the rankscope hub has no registered processes yet: is the job running, and "
+                "does it call rankscope.init() or use the worker_process_setup_hook?"
+            )
+        for probes in jobs.values():
+            check_probe_versions(probes)
+        return jobs
 
     def probes(self, job_id: str | None = None) -> list[ProbeStatus]:
         return self._get(self.handle.list_probes.remote(job_id))

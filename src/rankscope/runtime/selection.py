@@ -1,4 +1,4 @@
-"""Choosing which registered processes a command is about: by job, then by rank."""
+"""Choosing which registered processes a command is about: by job, then by rank (pure)."""
 
 from __future__ import annotations
 
