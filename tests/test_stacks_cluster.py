@@ -52,6 +52,7 @@ def test_stacks_groups_the_waiting_ranks_and_names_the_one_that_never_joined(fou
     assert f"ranks 0-2: all_reduce <- step_once workers.py:{reduce_line}" in out
     # the odd one out comes first, and the one-line finding says it all
     assert out.index("rank 3: wait_for_data") < out.index("ranks 0-2: all_reduce")
+    assert "rankscope-" not in out  # our own threads (probe, watchdog) are never shown
     assert (
         f"ranks 0-2 wait in all_reduce <- step_once workers.py:{reduce_line}; "
         f"rank 3 is elsewhere: wait_for_data workers.py:{sleep_line}"
@@ -106,4 +107,4 @@ def test_unresponsive_probe_falls_back_to_py_spy_on_the_process_node(cluster):
         in out
     )
     assert "unresponsive: rank 5 (probe did not answer within 1s); stack taken with py-spy" in out
-    assert "rankscope-probe" not in out  # our own thread is never shown
+    assert "rankscope-" not in out  # our own threads (probe, watchdog) are never shown

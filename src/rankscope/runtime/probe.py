@@ -33,7 +33,9 @@ from rankscope.runtime.protocol import (
 
 log = logging.getLogger("rankscope")
 
-PROBE_THREAD_NAME = "rankscope-probe"
+OWN_THREAD_PREFIX = "rankscope-"
+"""Every thread rankscope starts is named so; `rankscope stacks` leaves them out."""
+PROBE_THREAD_NAME = OWN_THREAD_PREFIX + "probe"
 Handler = Callable[[dict[str, Any]], Any]
 Summary = Callable[[], Any]
 Startup = Callable[["Probe"], None]

@@ -10,22 +10,22 @@ from functools import lru_cache
 from types import FrameType
 from typing import Any
 
-from rankscope.runtime.probe import PROBE_THREAD_NAME, register_handler
+from rankscope.runtime.probe import OWN_THREAD_PREFIX, register_handler
 from rankscope.stacks.model import Frame, ThreadStack
 
 _RANKSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _USER_CODE_INSIDE_RANKSCOPE = (os.path.join(_RANKSCOPE_DIR, "demo"),)
 
 
-def capture_threads(skip_probe: bool = True) -> tuple[ThreadStack, ...]:
-    """Stacks of every Python thread in this process, innermost frame first."""
+def capture_threads(skip_own: bool = True) -> tuple[ThreadStack, ...]:
+    """Stacks of every Python thread in this process (rankscope's own left out), innermost first."""
     names = {t.ident: t for t in threading.enumerate()}
     main_ident = threading.main_thread().ident
     stacks = []
     for ident, top in sys._current_frames().items():
         thread = names.get(ident)
         name = thread.name if thread is not None else f"thread-{ident}"
-        if skip_probe and name == PROBE_THREAD_NAME:
+        if skip_own and name.startswith(OWN_THREAD_PREFIX):
             continue
         stacks.append(ThreadStack(name, ident, ident == main_ident, walk(top)))
     stacks.sort(key=lambda s: (not s.is_main, s.thread_name))

@@ -16,7 +16,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rankscope.runtime.probe import PROBE_THREAD_NAME
+from rankscope.runtime.probe import OWN_THREAD_PREFIX
 from rankscope.stacks.capture import is_library
 from rankscope.stacks.model import Frame, ThreadStack
 
@@ -52,7 +52,7 @@ def dump_local(pid: int, timeout: float = PYSPY_TIMEOUT_S) -> tuple[ThreadStack,
 def parse_pyspy_json(threads: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
     stacks = []
     for thread in threads:
-        if thread.get("thread_name") == PROBE_THREAD_NAME:
+        if (thread.get("thread_name") or "").startswith(OWN_THREAD_PREFIX):
             continue
         frames = tuple(
             Frame(f["name"], f["filename"], int(f["line"]), is_library(f["filename"]))
