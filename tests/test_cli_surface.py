@@ -10,6 +10,7 @@ EXPECTED = {
     "stacks": {"--address", "--job", "--ranks", "--json", "--deadline", "--all-frames"},
     "status": {"--address", "--job", "--json"},
     "hang": {"--address", "--job", "--json", "--min-wait"},
+    "events": {"--address", "--job", "--kind", "--limit", "--json"},
     "demo": {"--fault", "--workers", "--steps"},
     "memory": {"--address", "--job", "--watch", "--json"},
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},

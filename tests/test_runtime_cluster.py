@@ -119,3 +119,21 @@ def test_exchange_through_the_hub_between_actors_with_no_process_group(cluster):
         assert set(result.payloads) == {0, 1} and result.missing == (2,)
     for r in ranks:
         ray.kill(r)
+
+
+def test_events_a_rank_reports_can_be_read_back_from_the_cli(cluster):
+    worker = ray.remote(num_cpus=0)(GlooRank).remote(7, 8, explicit_rank=True)
+    pid = ray.get(worker.pid.remote())
+    wait_registered([pid])
+
+    ray.get(worker.note.remote("hello from rank 7"))
+
+    def listed():
+        result = CliRunner().invoke(cli.app, ["events", "--kind", "test.", "--json"])
+        assert result.exit_code == 0, result.output
+        rows = [e for job in json.loads(result.output)["data"].values() for e in job]
+        return [e for e in rows if e["payload"] == {"summary": "hello from rank 7"}]
+
+    [event] = wait_until(listed, timeout=15, what="the event in the run directory")
+    ray.kill(worker)
+    assert event["kind"] == "test.note" and event["who"] == "rank 7"

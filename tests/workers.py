@@ -118,6 +118,14 @@ class GlooRank:
 
         return exchange(key, self.rank, {"rank": self.rank}, expected, deadline_s=deadline_s)
 
+    def note(self, text: str) -> None:
+        """Report an event to the run directory, as features do."""
+        import rankscope
+
+        probe = rankscope.current_probe()
+        assert probe is not None
+        probe.emit("test.note", {"summary": text})
+
     def spin(self) -> None:
         spin_holding_the_gil()
 

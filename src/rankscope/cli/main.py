@@ -163,6 +163,24 @@ def status(address: Address = None, job: Job = None, as_json: Json = False) -> N
 
 @app.command()
 @user_errors_exit_2
+def events(
+    address: Address = None,
+    job: Job = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option("--kind", help="Only events whose kind starts so (repeatable)."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="How many, newest last.")] = 50,
+    as_json: Json = False,
+) -> None:
+    """What the ranks reported: consistency checks, hang reports, debug sessions, OOMs."""
+    from rankscope.cli.events import show_events
+
+    raise typer.Exit(show_events(address, job, kind or None, limit, as_json, out))
+
+
+@app.command()
+@user_errors_exit_2
 def diagnose(
     address: Address = None,
     job: Job = None,

@@ -115,6 +115,11 @@ class HubClient:
     def probes(self, job_id: str | None = None) -> list[ProbeStatus]:
         return self._get(self.handle.list_probes.remote(job_id))
 
+    def events(
+        self, job_id: str, kinds: list[str] | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        return self._get(self.handle.read_events.remote(job_id, kinds, limit))
+
     def info(self) -> HubInfo:
         return self._get(self.handle.info.remote())
 

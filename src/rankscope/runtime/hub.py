@@ -234,6 +234,12 @@ class Hub:
         return await asyncio.to_thread(_write_atomically, self._run_dir, job_id, name, text)
 
     # ------------------------------------------------------------------ reads
+    async def read_events(
+        self, job_id: str, kinds: list[str] | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """The job's last `limit` events (of `kinds`, by prefix, when given), oldest first."""
+        return await asyncio.to_thread(_tail_events, self._run_dir, job_id, kinds, limit)
+
     async def list_probes(self, job_id: str | None = None) -> list[ProbeStatus]:
         return [r.status() for r in self._records(job_id)]
 
@@ -334,6 +340,37 @@ def _append_events(run_dir: str, batch: list[tuple[str, str, Event]]) -> None:
         os.makedirs(job_dir, exist_ok=True)
         with open(os.path.join(job_dir, "events.jsonl"), "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
+
+
+EVENT_SCAN_BYTES = 64 << 20
+"""How far back from the end of events.jsonl a read looks for matching events."""
+
+
+def _tail_events(
+    run_dir: str, job_id: str, kinds: list[str] | None, limit: int
+) -> list[dict[str, Any]]:
+    path = os.path.join(run_dir, job_id or "no-job", "events.jsonl")
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            start = max(0, f.tell() - EVENT_SCAN_BYTES)
+            f.seek(start)
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    if start > 0:
+        lines = lines[1:]  # the first line was cut in the middle
+    found: list[dict[str, Any]] = []
+    for raw in reversed(lines):
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue
+        if kinds is None or str(event.get("kind", "")).startswith(tuple(kinds)):
+            found.append(event)
+            if len(found) >= limit:
+                break
+    return found[::-1]
 
 
 def _write_atomically(run_dir: str, job_id: str, name: str, text: str) -> str:
