@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import time
-from datetime import timedelta
 
 import ray
 
+from rankscope.demo.gloo import GlooMember
 
-class GlooRank:
+
+class GlooRank(GlooMember):
     """One rank of a gloo group; the probe is started explicitly with rankscope.init()."""
+
+    join_timeout_s = 120.0
 
     def __init__(
         self,
@@ -39,22 +41,6 @@ class GlooRank:
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
-
-    def address(self) -> tuple[str, int]:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return socket.gethostbyname(socket.gethostname()), s.getsockname()[1]
-
-    def join(self, host: str, port: int) -> None:
-        import torch.distributed as dist
-
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://{host}:{port}",
-            rank=self.rank,
-            world_size=self.world_size,
-            timeout=timedelta(seconds=120),
-        )
 
     def step_once(self, skip_until: str | None = None) -> None:
         """An all_reduce; a rank given `skip_until` waits for that file to exist instead."""

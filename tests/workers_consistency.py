@@ -8,9 +8,9 @@ tensors of a named case, identical on every rank except where the case says othe
 from __future__ import annotations
 
 import os
-import socket
-from datetime import timedelta
 from typing import Any
+
+from rankscope.demo.gloo import GlooMember
 
 PERTURBED_RANK = 2
 NAN_RANK = 1
@@ -83,8 +83,10 @@ def module_with_grads(rank: int, grad_rank: int | None) -> Any:
     return model
 
 
-class ConsistencyRank:
+class ConsistencyRank(GlooMember):
     """One rank of a gloo group."""
+
+    join_timeout_s = 60.0
 
     def __init__(self, rank: int, world_size: int) -> None:
         import torch
@@ -94,22 +96,6 @@ class ConsistencyRank:
         torch.set_num_threads(1)
         self.rank, self.world_size = rank, world_size
         rankscope.init(rank=rank, world_size=world_size)
-
-    def address(self) -> tuple[str, int]:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return socket.gethostbyname(socket.gethostname()), s.getsockname()[1]
-
-    def join(self, host: str, port: int) -> None:
-        import torch.distributed as dist
-
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://{host}:{port}",
-            rank=self.rank,
-            world_size=self.world_size,
-            timeout=timedelta(seconds=60),
-        )
 
     def verify(self, case: str, **kwargs: Any) -> Any:
         import rankscope

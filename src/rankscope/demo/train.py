@@ -6,21 +6,20 @@ It never imports rankscope's runtime: the probe arrives through Ray's
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 import rankscope
+from rankscope.demo.gloo import GlooMember
 
 STALL_SECONDS = 3600.0
 
 
-class DemoWorker:
+class DemoWorker(GlooMember):
     """One data-parallel rank: a tiny MLP, SGD, gradients averaged with gloo all_reduce."""
 
     def __init__(self, rank: int, world_size: int, fault: str, fault_rank: int, fault_step: int):
@@ -30,21 +29,6 @@ class DemoWorker:
         torch.set_num_threads(1)
         self.model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05)
-
-    def address(self) -> tuple[str, int]:
-        """Rank 0 picks the rendezvous port on its own node."""
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return socket.gethostbyname(socket.gethostname()), s.getsockname()[1]
-
-    def join(self, host: str, port: int) -> None:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://{host}:{port}",
-            rank=self.rank,
-            world_size=self.world_size,
-            timeout=timedelta(seconds=600),
-        )
 
     def train(self, steps: int) -> list[float]:
         inject = self._fault_hook()
