@@ -163,10 +163,11 @@ class Hub:
     ) -> FanOutResult:
         """Send one command to every live probe selected and gather replies under a deadline."""
         deadline = self._config.command_deadline if deadline_s is None else deadline_s
+        wanted = None if probe_ids is None else set(probe_ids)
         targets = [
             r
             for r in self._records(job_id)
-            if r.state != ProbeState.DEAD and (probe_ids is None or r.info.probe_id in probe_ids)
+            if r.state != ProbeState.DEAD and (wanted is None or r.info.probe_id in wanted)
         ]
         futures: dict[str, asyncio.Future[CommandResult]] = {}
         command_ids: list[str] = []
