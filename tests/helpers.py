@@ -47,9 +47,25 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         [sys.executable, "-m", "rankscope.cli.main", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         env={**os.environ, **(env or {})},
     )
+
+
+def run_demo(*args: str) -> subprocess.CompletedProcess[str]:
+    """`rankscope demo ...` as a user runs it: its own embedded cluster, its own Ray temp dir."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rs-demo-", dir="/tmp") as ray_tmp:
+        return run_cli("demo", *args, env={"RAY_TMPDIR": ray_tmp, "RANKSCOPE_RUN_DIR": ""})
+
+
+def line_of(function: object, text: str) -> int:
+    """The line number of the first line of `function` that contains `text`."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
+    return first + next(i for i, line in enumerate(lines) if text in line)
 
 
 def cluster_address() -> str:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from helpers import run_cli
+from helpers import run_demo
 
 
 def test_demo_desync_names_the_drifting_rank_and_tensor():
-    result = run_cli("demo", "--fault", "desync", "--steps", "8")
+    result = run_demo("--fault", "desync", "--steps", "8")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     summary = next(line for line in lines if line.startswith("replicas_after_training:"))

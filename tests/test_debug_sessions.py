@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import inspect
 import io
 import itertools
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -21,7 +18,7 @@ from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
 from conftest import WORKER_NODE_RESOURCE
-from helpers import cluster_address, run_cli, wait_registered
+from helpers import cluster_address, line_of, run_cli, run_demo, wait_registered
 from rankscope.debug.client import connect, list_sessions, run_terminal
 from rankscope.debug.model import DebugSession
 from rankscope.runtime.client import HubClient
@@ -82,11 +79,6 @@ def _terminal(session: DebugSession, lines: list[object]) -> tuple[str, list[str
     return out.getvalue(), prompts
 
 
-def _line_of(function: object, text: str) -> int:
-    lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
-    return first + next(i for i, line in enumerate(lines) if text in line)
-
-
 def test_rank_filter_pauses_only_rank_0_and_a_terminal_inspects_and_resumes_it(ranks):
     refs = [a.stop_here.remote() for a in ranks]
     assert ray.get(refs[1:], timeout=30) == [42, 42, 42]  # not rank 0: no stop
@@ -98,7 +90,7 @@ def test_rank_filter_pauses_only_rank_0_and_a_terminal_inspects_and_resumes_it(r
     assert "1 open debug session" in text
     row = next(line for line in listed.stdout.splitlines() if session.id in line)
     assert [cell.strip() for cell in row.split("│")[1:3]] == [session.id, "0"], row
-    where = f"workers_debug.py:{_line_of(DebugRank.stop_here, 'conditional_breakpoint(')}"
+    where = f"workers_debug.py:{line_of(DebugRank.stop_here, 'conditional_breakpoint(')}"
     assert (
         f"{session.id} (rank 0, breakpoint at {where} in stop_here, waits 60s): "
         f"rankscope debug attach {session.id}"
@@ -178,7 +170,7 @@ def test_post_mortem_in_rank_2_stops_at_the_raising_line_then_the_driver_gets_th
     assert session.reason == "post-mortem"
     assert session.exception == "ValueError: bad batch on rank 2"
     assert session.function == "fail_in_rank"
-    assert session.lineno == _line_of(Rank.fail_in_rank, "raise ValueError")
+    assert session.lineno == line_of(Rank.fail_in_rank, "raise ValueError")
 
     out, _ = _terminal(session, ["p value", "w", "interact", "value + 1", EOFError, "c"])
     assert "20" in out and "21" in out
@@ -252,12 +244,7 @@ def test_a_session_whose_process_died_leaves_the_list_and_diagnose_names_it(clus
 
 def test_breakpoint_demo_pauses_one_rank_shows_how_to_attach_and_finishes():
     """The demo starts a Ray cluster of its own, under its own temp dir."""
-    ray_tmp = tempfile.mkdtemp(prefix="rsd-", dir="/tmp")
-    env = {"RAY_TMPDIR": ray_tmp, "RANKSCOPE_RUN_DIR": ""}
-    try:
-        result = run_cli("demo", "--fault", "breakpoint", "--workers", "2", "--steps", "8", env=env)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    result = run_demo("--fault", "breakpoint", "--workers", "2", "--steps", "8")
     assert result.returncode == 0, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     found = re.search(r"(\w{8}) \(rank 1, breakpoint at fault_breakpoint.py:\d+ in inject", out)

@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
-
 import pytest
 
-
-def run_demo(*args: str) -> subprocess.CompletedProcess[str]:
-    with tempfile.TemporaryDirectory(prefix="rs-demo-", dir="/tmp") as ray_tmp:
-        env = {**os.environ, "RAY_TMPDIR": ray_tmp}
-        env.pop("RAY_ADDRESS", None)
-        return subprocess.run(
-            [sys.executable, "-m", "rankscope.cli.main", "demo", *args],
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env=env,
-        )
+from helpers import run_demo
 
 
 @pytest.mark.parametrize(

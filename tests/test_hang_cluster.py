@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import inspect
 import json
 import os
 import signal
@@ -15,15 +14,10 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import cluster_address, probes_by_pid, run_cli, wait_registered
+from helpers import cluster_address, line_of, probes_by_pid, run_cli, wait_registered
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
 from workers import GlooRank, form_group, wait_for_data, wait_until
-
-
-def _line_of(function: object, text: str) -> int:
-    lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
-    return first + next(i for i, line in enumerate(lines) if text in line)
 
 
 def _start(world: int, **options) -> tuple[list, list[int]]:
@@ -87,7 +81,7 @@ def test_rank_that_skips_an_all_reduce_is_named_with_the_sequence_number_and_lin
     release.write_text("go")
     assert result.returncode == 1, result.stderr
     text = " ".join(result.stdout.split())
-    line = _line_of(wait_for_data, "time.sleep")
+    line = line_of(wait_for_data, "time.sleep")
     # 2 reduce_steps all_reduces came first: the skipped one is #3 of the default group
     assert "group 0 (4 ranks): ranks 0-2 wait in all_reduce #3 (float32[4])" in text
     assert "rank 3 never entered #3, its last completed collective is #2" in text

@@ -6,18 +6,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 import ray
 
 from conftest import WORKER_NODE_RESOURCE
-from helpers import cluster_address, run_cli, wait_registered
+from helpers import cluster_address, run_cli, run_demo, wait_registered
 from workers_memory import CHUNK, MemoryRank
 
 STEPS = 30
@@ -104,12 +102,7 @@ def test_diagnose_memory_profile_writes_json_and_html(memory_ranks):
 def test_leak_demo_names_the_leaking_rank():
     """The demo starts a Ray cluster of its own: give it its own temp dir, or Ray would join
     the session's cluster."""
-    ray_tmp = tempfile.mkdtemp(prefix="rsd-", dir="/tmp")
-    env = {"RAY_TMPDIR": ray_tmp, "RANKSCOPE_RUN_DIR": ""}
-    try:
-        result = run_cli("demo", "--fault", "leak", "--workers", "2", "--steps", "20", env=env)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    result = run_demo("--fault", "leak", "--workers", "2", "--steps", "20")
     assert result.returncode == 0, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert "leak: rank 1 (injected: rank 1)" in out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 
 import pytest
@@ -11,14 +10,9 @@ from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
 from conftest import WORKER_NODE_RESOURCE
-from helpers import cluster_address, probes_by_pid, run_cli, wait_registered
+from helpers import cluster_address, line_of, probes_by_pid, run_cli, wait_registered
 from rankscope.runtime.protocol import ProbeState
 from workers import GlooRank, form_group, spin_holding_the_gil, wait_for_data, wait_until
-
-
-def _line_of(function: object, text: str) -> int:
-    lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
-    return first + next(i for i, line in enumerate(lines) if text in line)
 
 
 @pytest.fixture
@@ -45,8 +39,8 @@ def test_stacks_groups_the_waiting_ranks_and_names_the_one_that_never_joined(fou
     result = run_cli("stacks", "--address", cluster_address(), "--ranks", "0-3")
 
     assert result.returncode == 0, result.stderr
-    sleep_line = _line_of(wait_for_data, "time.sleep")
-    reduce_line = _line_of(GlooRank.step_once, "dist.all_reduce")
+    sleep_line = line_of(wait_for_data, "time.sleep")
+    reduce_line = line_of(GlooRank.step_once, "dist.all_reduce")
     out = result.stdout
     assert f"rank 3: wait_for_data workers.py:{sleep_line}" in out
     assert f"ranks 0-2: all_reduce <- step_once workers.py:{reduce_line}" in out
@@ -100,7 +94,7 @@ def test_unresponsive_probe_falls_back_to_py_spy_on_the_process_node(cluster):
 
     ray.kill(spinner)
     assert result.returncode == 0, result.stderr
-    spin_line = _line_of(spin_holding_the_gil, "re.match")
+    spin_line = line_of(spin_holding_the_gil, "re.match")
     out = " ".join(result.stdout.split())
     assert (
         f"rank 5: match <- spin_holding_the_gil workers.py:{spin_line} [MainThread; via py-spy]"
