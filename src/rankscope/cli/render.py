@@ -14,7 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rankscope.analysis.hang import FindingKind, HangReport
+from rankscope.analysis.hang import HangReport
 from rankscope.analysis.ranks import format_ranks
 from rankscope.analysis.stacks import StackGroup, StackReport, summarize
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
@@ -128,20 +128,12 @@ def display_path(filename: str) -> str:
 
 
 # --------------------------------------------------------------------- hang
-_FINDING_STYLE = {
-    FindingKind.HANG: "bold red",
-    FindingKind.MISMATCH: "bold red",
-    FindingKind.CROSS_GROUP: "bold red",
-    FindingKind.DEAD: "bold red",
-}
-
-
 def render_hang(report: HangReport) -> RenderableType:
     lines: list[RenderableType] = []
     verdict = "healthy: no rank is stuck" if report.ok else f"{len(report.findings)} finding(s)"
     lines.append(Text(f"job {report.job_id}: {verdict}", style="bold"))
     for finding in report.findings:
-        text = Text(f"{finding.kind.value}: ", style=_FINDING_STYLE[finding.kind])
+        text = Text(f"{finding.kind.value}: ", style="bold red")
         text.append(finding.message)
         lines.append(text)
     for group in report.groups:
