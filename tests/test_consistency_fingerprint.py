@@ -6,7 +6,10 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from rankscope.consistency import cpu_hash
 from rankscope.consistency import fingerprint as fpmod
 from rankscope.consistency.fingerprint import (
     difference,
@@ -31,6 +34,22 @@ DTYPES = [
 ]
 
 
+@pytest.fixture(params=["kernel", "torch ops"])
+def path(request, monkeypatch):
+    """Each hashing test runs on the numba kernel and on the torch ops (GPUs, no numba)."""
+    if request.param == "torch ops":
+        monkeypatch.setattr(cpu_hash, "available", lambda: False)
+    else:
+        assert cpu_hash.available(), "numba (the torch extra) should be installed for tests"
+    return request.param
+
+
+def torch_ops_hash(t: torch.Tensor) -> int:
+    """The hash as the torch-ops path computes it, chunk by chunk (what a GPU rank does)."""
+    scan = fpmod._scan(fpmod._flat(t), full=False)
+    return int(fpmod._avalanche(fpmod.np.array([int(scan.hash) & (2**64 - 1)]))[0])
+
+
 def one_hash(t: torch.Tensor) -> int:
     return fingerprint_tensors([("t", t)])[0].hash
 
@@ -46,7 +65,7 @@ def sample(dtype: torch.dtype, n: int = 777) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_equal_bytes_hash_equal_and_one_changed_element_does_not(dtype):
+def test_equal_bytes_hash_equal_and_one_changed_element_does_not(dtype, path):
     x = sample(dtype)
     assert one_hash(x.clone()) == one_hash(x)
     y = x.clone()
@@ -58,14 +77,14 @@ def test_equal_bytes_hash_equal_and_one_changed_element_does_not(dtype):
 
 
 @pytest.mark.parametrize("n", [1021 * 16 * 4, 1021 * 128 * 2 + 5, 3_000_001])
-def test_large_tensors_chunk_by_chunk(n):
+def test_large_tensors_chunk_by_chunk(n, path):
     x = torch.randn(n, generator=torch.Generator().manual_seed(1))
     y = x.clone()
     y[n - 1] += 1.0  # the very last word of the very last chunk
     assert one_hash(x) == one_hash(x.clone()) != one_hash(y)
 
 
-def test_order_matters_not_only_the_values():
+def test_order_matters_not_only_the_values(path):
     x = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(2))
     assert one_hash(x.t().contiguous()) != one_hash(x)
     swapped = x.clone().view(-1)
@@ -74,7 +93,7 @@ def test_order_matters_not_only_the_values():
     assert one_hash(torch.roll(x, 1)) != one_hash(x)
 
 
-def test_strides_and_offsets_do_not_change_the_hash():
+def test_strides_and_offsets_do_not_change_the_hash(path):
     x = torch.randn(64, 48)
     assert one_hash(x.t()) == one_hash(x.t().contiguous())
     sliced = x.bfloat16()[3, 1:30]  # a view starting mid-word
@@ -82,7 +101,7 @@ def test_strides_and_offsets_do_not_change_the_hash():
     assert one_hash(x[:, ::3]) == one_hash(x[:, ::3].contiguous())
 
 
-def test_zero_element_and_scalar():
+def test_zero_element_and_scalar(path):
     empty = fingerprint_tensors([("e", torch.empty(0, 8))])[0]
     assert empty.shape == (0, 8) and empty.nan == 0
     assert one_hash(torch.tensor(2.5)) == one_hash(torch.tensor([2.5]))  # shape is compared apart
@@ -98,10 +117,42 @@ def test_small_tensors_batched_hash_like_the_chunked_path():
             flat = fpmod._flat(sample(dtype, n))
             hashes, probes = fpmod._Results(), fpmod._Results()
             fpmod._hash_batch([0], [flat], hashes, probes)
-            assert hashes.ints(1)[0] == int(fpmod._scan(flat, full=False).hash), (n, dtype)
+            assert hashes.items()[0][1] == int(fpmod._scan(flat, full=False).hash), (n, dtype)
 
 
-def test_a_tensor_hashes_the_same_alone_or_among_others():
+CHUNK = fpmod.CHUNK_WORDS * 8
+
+
+@pytest.mark.parametrize("dtype", [*DTYPES[:-1], torch.complex128], ids=str)
+@pytest.mark.parametrize(
+    "nbytes", [0, 8, 13, 8 * 1021 * 4 + 6, CHUNK - 8, CHUNK, CHUNK + 2, 3 * CHUNK + 8 * 1021 + 4]
+)
+def test_kernel_hashes_like_the_torch_ops(dtype, nbytes):
+    """CPU ranks (kernel) and GPU ranks (torch ops) must agree on every dtype and size."""
+    size = torch.empty(0, dtype=dtype).element_size()
+    x = sample(dtype, max(0, nbytes // size))
+    assert one_hash(x) == torch_ops_hash(x)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.binary(min_size=0, max_size=4000),
+    repeat=st.integers(1, 700),
+    dtype=st.sampled_from([torch.uint8, torch.float16, torch.float32, torch.float64]),
+)
+def test_kernel_hashes_like_the_torch_ops_on_any_bytes(data, repeat, dtype):
+    raw = torch.frombuffer(bytearray(data * repeat + bytes(16)), dtype=torch.uint8)
+    size = torch.empty(0, dtype=dtype).element_size()
+    x = raw[: len(raw) // size * size].view(dtype)
+    tensors = [("x", x), ("from 1", x[1:]), ("half", x[: x.numel() // 2]), ("odd", x[::3])]
+    prints = fingerprint_tensors(tensors)
+    assert [f.hash for f in prints] == [torch_ops_hash(t) for _, t in tensors]
+    if dtype.is_floating_point:  # random bytes hold NaN and Inf: the probe must see each one
+        counted = [(f.nan, f.inf) for f in prints]
+        assert counted == [(int(t.isnan().sum()), int(t.isinf().sum())) for _, t in tensors]
+
+
+def test_a_tensor_hashes_the_same_alone_or_among_others(path):
     tensors = [(f"t{i}", sample(torch.float32, 50 + i)) for i in range(20)]
     together = fingerprint_tensors(tensors)
     alone = [fingerprint_tensors([t])[0] for t in tensors]
@@ -111,14 +162,14 @@ def test_a_tensor_hashes_the_same_alone_or_among_others():
 def test_gpu_sized_chunks_give_the_same_hash(monkeypatch):
     """CUDA scans in bigger chunks; the hash is defined so that it does not change."""
     x = torch.randn(1021 * 128 * 40 + 3)
-    expected = one_hash(x)
+    expected = torch_ops_hash(x)
     monkeypatch.setattr(fpmod, "_CPU_CHUNK_BYTES", fpmod._CUDA_CHUNK_BYTES)
-    assert one_hash(x) == expected
+    assert torch_ops_hash(x) == expected == one_hash(x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n", [10, 400_000])
-def test_nan_and_inf_counted(dtype, n):
+def test_nan_and_inf_counted(dtype, n, path):
     x = torch.zeros(n, dtype=dtype)
     x[1], x[3], x[5] = float("nan"), float("inf"), -float("inf")
     fp = fingerprint_tensors([("x", x), ("ok", torch.ones(n, dtype=dtype))])

@@ -2,11 +2,11 @@
 
 The hash is a position-weighted 64-bit checksum of the tensor's raw bytes. The bytes (in
 row-major order, whatever the strides) are viewed as int64 words and cut into chunks of
-`_COLS * rows` words; each chunk is summed column-wise as a `(rows, _COLS)` matrix (wrapping
+`COLS * rows` words; each chunk is summed column-wise as a `(rows, COLS)` matrix (wrapping
 int64 arithmetic, the same on every device), and the column sums are weighted by fixed odd
 constants per column and per chunk. Equal bytes always give equal hashes; any change of a
-single word, swaps of words that are not a multiple of `_COLS` apart, and the like change it.
-`_COLS` is a prime so that rows of power-of-two widths do not line up with its columns.
+single word, swaps of words that are not a multiple of `COLS` apart, and the like change it.
+`COLS` is a prime so that rows of power-of-two widths do not line up with its columns.
 
 Chunks are about 1 MiB on the CPU, so that the numeric summaries that follow the hash read
 the chunk from the cache instead of memory; on a GPU they are larger to keep launches few.
@@ -18,15 +18,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
+import numpy as np
 import torch
 
+from rankscope.consistency import cpu_hash
 from rankscope.consistency.model import Difference, Fingerprint, Summary, TensorStats
 
-_COLS = 1021
-_CPU_CHUNK_BYTES = 8 * _COLS * 128
-_CUDA_CHUNK_BYTES = 8 * _COLS * 4096
+COLS = 1021
+CHUNK_WORDS = COLS * 128
+"""Words of one base chunk (about 1 MiB), each weighted by `chunk_weight` of its index."""
+CHUNK_MUL = 0x9E3779B97F4A7C15
+CHUNK_ADD = 0x632BE59BD9B4E019
+_CPU_CHUNK_BYTES = 8 * CHUNK_WORDS
+_CUDA_CHUNK_BYTES = 8 * COLS * 4096
 _MASK = (1 << 64) - 1
 _SEED = 0x5EED_C0DE
 
@@ -39,6 +46,7 @@ _FLOATS[torch.float64] = torch.float64
 _INTEGERS = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool}
 
 
+@cache
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -50,43 +58,58 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
     than per tensor); large ones chunk by chunk. Example:
     `fingerprint_tensors([("w", model.weight)])[0].hash`.
     """
-    flats = [_flat(t.detach()) for _, t in items]
-    hashes = _Results()
-    probes = _Results()
-    small: dict[torch.device, list[int]] = {}
-    for i, flat in enumerate(flats):
-        if _padded_words(flat) <= _SMALL_WORDS:
-            small.setdefault(flat.device, []).append(i)
+    tensors = [_local(t) for _, t in items]
+    devices = ["cpu" if t.is_cpu else str(t.device) for t in tensors]
+    checksums = np.zeros(len(items), dtype=np.uint64)
+    suspects = np.zeros(len(items), dtype=bool)
+    on_host: list[int] = []
+    on_device: dict[str, list[int]] = {}
+    kernel = cpu_hash.available()
+    for i, t in enumerate(tensors):
+        if kernel and devices[i] == "cpu" and t.dtype in cpu_hash.PROBES:
+            on_host.append(i)
+            if not _in_place(t):
+                tensors[i] = _flat(t).clone()
         else:
-            scan = _scan(flat, full=False)
-            hashes.add([i], scan.hash.view(1))
-            probes.add([i], scan.stats[:1])
-    for device_indices in small.values():
-        for batch in _batches(device_indices, flats):
+            on_device.setdefault(devices[i], []).append(i)
+    if on_host:
+        checksums[on_host], suspects[on_host] = cpu_hash.hash_tensors([tensors[i] for i in on_host])
+    flats = tensors  # where the kernel read them; flattened below for torch ops
+    hashes, probes = _Results(), _Results()
+    for device, indices in on_device.items():
+        small = []
+        for i in indices:
+            flats[i] = _flat(tensors[i])
+            if _padded_words(flats[i]) <= _SMALL_WORDS:
+                small.append(i)
+            else:
+                scan = _scan(flats[i], full=False)
+                hashes.add([i], scan.hash.view(1))
+                probes.add([i], scan.stats[:1])
+        for batch in _batches(small, flats, device):
             _hash_batch(batch, flats, hashes, probes)
-    counts = _nonfinite_counts(flats, probes.floats(len(items)))
+    for i, value in hashes.items():
+        checksums[i] = value & _MASK
+    for i, value in probes.items():
+        suspects[i] = not math.isfinite(value)
+    counts = _nonfinite_counts(flats, suspects.tolist())
+    mixed = _avalanche(checksums).tolist()
     return [
         Fingerprint(
-            name=name,
-            shape=tuple(t.shape),
-            dtype=dtype_name(t.dtype),
-            hash=_avalanche(h),
-            nan=counts.get(i, (0, 0))[0],
-            inf=counts.get(i, (0, 0))[1],
-            device=str(t.device),
+            name, tuple(t.shape), dtype_name(t.dtype), mixed[i], *counts.get(i, (0, 0)), devices[i]
         )
-        for i, ((name, t), h) in enumerate(zip(items, hashes.ints(len(items)), strict=True))
+        for i, (name, t) in enumerate(items)
     ]
 
 
 def summarize_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> dict[str, Summary]:
     """Sum, sum of squares, min, max and NaN/Inf counts of each tensor, computed in place."""
-    flats = [_flat(t.detach()) for _, t in items]
+    flats = [_flat(t) for _, t in items]
     stats = _Results()
     for i, flat in enumerate(flats):
         stats.add([i], _scan(flat, full=True).stats.view(1, 4))
     rows = stats.rows(len(items))
-    counts = _nonfinite_counts(flats, [sum(r) for r in rows])
+    counts = _nonfinite_counts(flats, [not math.isfinite(sum(r)) for r in rows])
     out = {}
     for i, ((name, t), row) in enumerate(zip(items, rows, strict=True)):
         empty = t.numel() == 0 or (math.isnan(row[2]) and not counts.get(i, (0, 0))[0])
@@ -155,13 +178,12 @@ def describe(tensor: torch.Tensor, rank: int) -> TensorStats:
 
 # ---------------------------------------------------------------------------------- scanning
 # The hash of a tensor: its bytes, zero-padded to whole int64 words x_0..x_{n-1}, give
-#   sum_j x_j * w[j % _COLS] * u[j // _CHUNK_WORDS]   (mod 2**64), then `_avalanche`.
+#   sum_j x_j * w[j % COLS] * u[j // CHUNK_WORDS]   (mod 2**64), then `_avalanche`.
 # Large tensors compute it chunk by chunk (column sums, then weights); small ones in batches
 # (words times a weight table, cumulative sum, differences at the tensor boundaries).
-_CHUNK_WORDS = _CPU_CHUNK_BYTES // 8
-_SMALL_WORDS = 16 * _COLS
+_SMALL_WORDS = 16 * COLS
 """Tensors up to this many words (128 KiB) are hashed in batches."""
-_BATCH_WORDS = {"cpu": 2 * _CHUNK_WORDS, "cuda": 64 * _CHUNK_WORDS}
+_BATCH_WORDS = {"cpu": 2 * CHUNK_WORDS, "cuda": 64 * CHUNK_WORDS}
 """Words hashed in one batch of small tensors (a few copies of it are made)."""
 
 
@@ -192,19 +214,19 @@ def _scan(flat: torch.Tensor, *, full: bool) -> _Scan:
     n_chunks = max(1, math.ceil(nbytes / per_chunk))
     for i in range(n_chunks):
         w = words[i * step_words : (i + 1) * step_words]
-        whole = w.numel() // _CHUNK_WORDS
+        whole = w.numel() // CHUNK_WORDS
         if whole:  # base chunks: their column sums, weighted per base chunk below
-            base = w[: whole * _CHUNK_WORDS].view(whole, _CHUNK_WORDS // _COLS, _COLS)
+            base = w[: whole * CHUNK_WORDS].view(whole, CHUNK_WORDS // COLS, COLS)
             colsums.append(base.sum(1))
-        w = w[whole * _CHUNK_WORDS :]
-        rest = w[w.numel() // _COLS * _COLS :]
+        w = w[whole * CHUNK_WORDS :]
+        rest = w[w.numel() // COLS * COLS :]
         if i == n_chunks - 1 and tail.numel():
             rest = torch.cat([rest, _tail_word(tail)])
         if w.numel() or rest.numel():
-            colsum = w[: w.numel() // _COLS * _COLS].view(-1, _COLS).sum(0)
+            colsum = w[: w.numel() // COLS * COLS].view(-1, COLS).sum(0)
             if rest.numel():
-                colsum = colsum + torch.nn.functional.pad(rest, (0, _COLS - rest.numel()))
-            colsums.append(colsum.view(1, _COLS))
+                colsum = colsum + torch.nn.functional.pad(rest, (0, COLS - rest.numel()))
+            colsums.append(colsum.view(1, COLS))
         if values is None or acc is None or (not full and acc == torch.int64):
             continue  # integers have no NaN/Inf: a fingerprint needs no sum of them
         v = values[i * step_values : (i + 1) * step_values]
@@ -222,7 +244,7 @@ def _scan(flat: torch.Tensor, *, full: bool) -> _Scan:
             mins.append(lo)
             maxs.append(hi)
 
-    sums_by_chunk = torch.cat(colsums) if colsums else consts.columns[:0].view(0, _COLS)
+    sums_by_chunk = torch.cat(colsums) if colsums else consts.columns[:0].view(0, COLS)
     h = ((sums_by_chunk * consts.columns).sum(1) * consts.chunks(sums_by_chunk.shape[0])).sum()
     return _Scan(h, _stats(sums, norms, mins, maxs, device, full=full))
 
@@ -232,13 +254,13 @@ def _hash_batch(
 ) -> None:
     """Hashes of many small tensors on one device with a few ops for the whole batch.
 
-    Each tensor's words are zero-padded to whole rows of `_COLS`; one `index_add_` sums the
+    Each tensor's words are zero-padded to whole rows of `COLS`; one `index_add_` sums the
     rows of each tensor into its column sums, which is exactly `_scan`'s single chunk.
     """
     device = flats[batch[0]].device
     consts = _constants(device)
     batch = sorted(batch, key=lambda i: str(flats[i].dtype))  # one region per dtype
-    row_bytes = 8 * _COLS
+    row_bytes = 8 * COLS
     pieces: list[torch.Tensor] = []
     rows_per: list[int] = []
     regions: dict[torch.dtype, tuple[int, int, list[int]]] = {}
@@ -255,13 +277,13 @@ def _hash_batch(
         start, _, members = regions.get(flat.dtype, (total_rows, 0, []))
         regions[flat.dtype] = (start, total_rows + rows, [*members, i])
         total_rows += rows
-    buf = torch.cat(pieces).view(torch.int64).view(-1, _COLS)
+    buf = torch.cat(pieces).view(torch.int64).view(-1, COLS)
     owner = torch.repeat_interleave(
         torch.arange(len(batch), device=device),
         torch.tensor(rows_per, dtype=torch.int64, device=device),
         output_size=total_rows,
     )
-    colsums = torch.zeros(len(batch), _COLS, dtype=torch.int64, device=device)
+    colsums = torch.zeros(len(batch), COLS, dtype=torch.int64, device=device)
     colsums.index_add_(0, owner, buf)
     hashes.add(batch, (colsums * consts.columns).sum(1) * consts.chunks(1))
     for dtype, (start, end, members) in regions.items():
@@ -273,20 +295,18 @@ def _hash_batch(
         probes.add(members, values.sum(dtype=acc).to(torch.float64).expand(len(members)))
 
 
-def _batches(indices: list[int], flats: list[torch.Tensor]) -> list[list[int]]:
+def _batches(indices: list[int], flats: list[torch.Tensor], device: str) -> list[list[int]]:
     """Groups of small tensors whose words together stay under the batch size."""
-    if not indices:
-        return []
-    limit = _BATCH_WORDS.get(flats[indices[0]].device.type, _BATCH_WORDS["cuda"])
-    out: list[list[int]] = [[]]
+    limit = _BATCH_WORDS["cpu" if device == "cpu" else "cuda"]
+    out: list[list[int]] = []
     total = 0
     for i in indices:
-        n = _padded_words(flats[i])
-        if out[-1] and total + n > limit:
+        words = _padded_words(flats[i])
+        if not out or total + words > limit:
             out.append([])
             total = 0
         out[-1].append(i)
-        total += n
+        total += words
     return out
 
 
@@ -323,12 +343,27 @@ def _stats(
     )
 
 
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    """Contiguous, 1-D, row-major: strides never change the hash, only the values do."""
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part: a DTensor's local shard, any other tensor as it is."""
     to_local = getattr(t, "to_local", None)
-    if callable(to_local):  # a DTensor: this rank's shard
-        t = to_local()
-    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+    return to_local() if callable(to_local) else t
+
+
+def _in_place(t: torch.Tensor) -> bool:
+    """Whether the kernel can read `t`'s memory as it is (else it reads a contiguous copy)."""
+    return t.is_contiguous() and not t.is_conj() and not t.is_neg() and t.data_ptr() % 8 == 0
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """Detached, contiguous, 1-D, row-major: strides never change the hash, only values do.
+
+    Conjugate and negative views are resolved first, so the bytes hashed are the values.
+    """
+    t = _local(t).detach()
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
+    t = t if t.is_contiguous() else t.contiguous()
+    return t.as_strided((t.numel(),), (1,))  # not reshape: a one-element view keeps its stride
 
 
 def _words(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,34 +392,38 @@ def _stat_view(flat: torch.Tensor) -> tuple[torch.Tensor | None, torch.dtype | N
 
 
 def _as_float(t: torch.Tensor) -> torch.Tensor:
-    t = _flat(t.detach())
+    t = _flat(t)
     if t.is_complex():
         t = torch.view_as_real(t).reshape(-1)
     return t.to(torch.float64)
 
 
+def column_weights() -> torch.Tensor:
+    """The odd 64-bit weight of each column, on the CPU; the same in every process."""
+    gen = torch.Generator().manual_seed(_SEED)
+    return torch.randint(-(2**63), 2**63 - 1, (COLS,), generator=gen) | 1
+
+
 class _Constants:
-    """Odd 64-bit weights per column and per chunk, the same on every device and rank."""
+    """Column and chunk weights on one device."""
 
     def __init__(self, device: torch.device) -> None:
-        gen = torch.Generator().manual_seed(_SEED)
-        low, high = -(2**63), 2**63 - 1
-        columns = torch.randint(low, high, (_COLS,), generator=gen) | 1
-        self.columns = columns.to(device)
-        self.zero_row = torch.zeros(8 * _COLS, dtype=torch.uint8, device=device)
+        self.columns = column_weights().to(device)
+        self.zero_row = torch.zeros(8 * COLS, dtype=torch.uint8, device=device)
         self._chunk_table = torch.empty(0, dtype=torch.int64, device=device)
         self._device = device
 
     def chunks(self, n: int) -> torch.Tensor:
         if self._chunk_table.numel() < n:
             size = max(n, 2 * self._chunk_table.numel(), 1024)
-            table = [_signed(_chunk_weight(i)) for i in range(size)]
+            table = [_signed(chunk_weight(i)) for i in range(size)]
             self._chunk_table = torch.tensor(table, dtype=torch.int64, device=self._device)
         return self._chunk_table[:n]
 
 
-def _chunk_weight(i: int) -> int:
-    return ((i * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) | 1) & _MASK
+def chunk_weight(i: int) -> int:
+    """The odd weight of base chunk `i`."""
+    return ((i * CHUNK_MUL + CHUNK_ADD) | 1) & _MASK
 
 
 _CONSTANTS: dict[str, _Constants] = {}
@@ -402,14 +441,14 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _avalanche(h: int) -> int:
-    """Spread the checksum's bits (host side, on the one transferred word)."""
-    h &= _MASK
-    h ^= h >> 33
-    h = (h * 0xFF51AFD7ED558CCD) & _MASK
-    h ^= h >> 33
-    h = (h * 0xC4CEB9FE1A85EC53) & _MASK
-    return h ^ (h >> 33)
+def _avalanche(checksums: np.ndarray) -> np.ndarray:
+    """Spread the checksums' bits (uint64, on the host, after the one transfer)."""
+    h = checksums.astype(np.uint64)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xC4CEB9FE1A85EC53)
+    return h ^ (h >> np.uint64(33))
 
 
 # ------------------------------------------------------------------------- device -> host
@@ -422,34 +461,30 @@ class _Results:
     def add(self, indices: list[int], values: torch.Tensor) -> None:
         self._parts.setdefault(values.device, []).append((indices, values))
 
-    def _fetch(self, n: int) -> list[Any]:
-        out: list[Any] = [None] * n
+    def items(self) -> list[tuple[int, Any]]:
+        """(index, value) of everything added, fetched with one transfer per device."""
+        out: list[tuple[int, Any]] = []
         for parts in self._parts.values():
             host = torch.cat([v for _, v in parts]).tolist()
-            flat_indices = [i for idx, _ in parts for i in idx]
-            for i, value in zip(flat_indices, host, strict=True):
-                out[i] = value
+            out += zip([i for idx, _ in parts for i in idx], host, strict=True)
         return out
 
-    def ints(self, n: int) -> list[int]:
-        return [int(v) if v is not None else 0 for v in self._fetch(n)]
-
-    def floats(self, n: int) -> list[float]:
-        return [float(v) if v is not None else 0.0 for v in self._fetch(n)]
+    def _fetch(self, n: int) -> list[Any]:
+        out: list[Any] = [None] * n
+        for i, value in self.items():
+            out[i] = value
+        return out
 
     def rows(self, n: int) -> list[list[float]]:
         return [[float(x) for x in v] if v is not None else [] for v in self._fetch(n)]
 
 
-def _nonfinite_counts(flats: list[torch.Tensor], probes: list[float]) -> dict[int, tuple[int, int]]:
-    """NaN and Inf counts, counted only where a summary already came out non-finite."""
+def _nonfinite_counts(
+    flats: list[torch.Tensor], suspects: list[bool]
+) -> dict[int, tuple[int, int]]:
+    """NaN and Inf counts, counted only where a cheaper probe saw a NaN or Inf."""
     counts = _Results()
-    suspects = [
-        i
-        for i, (t, p) in enumerate(zip(flats, probes, strict=True))
-        if not math.isfinite(p) and (t.is_floating_point() or t.is_complex())
-    ]
-    for i in suspects:
-        counts.add([i], torch.stack([flats[i].isnan().sum(), flats[i].isinf().sum()]).view(1, 2))
-    rows = counts.rows(len(flats))
-    return {i: (int(rows[i][0]), int(rows[i][1])) for i in suspects}
+    for i, (t, suspect) in enumerate(zip(flats, suspects, strict=True)):
+        if suspect and (t.is_floating_point() or t.is_complex()):
+            counts.add([i], torch.stack([t.isnan().sum(), t.isinf().sum()]).view(1, 2))
+    return {i: (int(nan), int(inf)) for i, (nan, inf) in counts.items()}
