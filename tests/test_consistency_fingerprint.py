@@ -46,7 +46,7 @@ def path(request, monkeypatch):
 
 def torch_ops_hash(t: torch.Tensor) -> int:
     """The hash as the torch-ops path computes it, chunk by chunk (what a GPU rank does)."""
-    scan = fpmod._scan(fpmod._flat(t), full=False)
+    scan = fpmod._scan(fpmod._flat(t))
     return int(fpmod._avalanche(fpmod.np.array([int(scan.hash) & (2**64 - 1)]))[0])
 
 
@@ -117,7 +117,7 @@ def test_small_tensors_batched_hash_like_the_chunked_path():
             flat = fpmod._flat(sample(dtype, n))
             hashes, probes = fpmod._Results(), fpmod._Results()
             fpmod._hash_batch([0], [flat], hashes, probes)
-            assert hashes.items()[0][1] == int(fpmod._scan(flat, full=False).hash), (n, dtype)
+            assert hashes.items()[0][1] == int(fpmod._scan(flat).hash), (n, dtype)
 
 
 CHUNK = fpmod.CHUNK_WORDS * 8

@@ -83,9 +83,9 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
             if _padded_words(flats[i]) <= _SMALL_WORDS:
                 small.append(i)
             else:
-                scan = _scan(flats[i], full=False)
+                scan = _scan(flats[i])
                 hashes.add([i], scan.hash.view(1))
-                probes.add([i], scan.stats[:1])
+                probes.add([i], scan.probe.view(1))
         for batch in _batches(small, flats, device):
             _hash_batch(batch, flats, hashes, probes)
     for i, value in hashes.items():
@@ -107,7 +107,7 @@ def summarize_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> dict[str, Su
     flats = [_flat(t) for _, t in items]
     stats = _Results()
     for i, flat in enumerate(flats):
-        stats.add([i], _scan(flat, full=True).stats.view(1, 4))
+        stats.add([i], _summary(flat).view(1, 4))
     rows = stats.rows(len(items))
     counts = _nonfinite_counts(flats, [not math.isfinite(sum(r)) for r in rows])
     out = {}
@@ -191,26 +191,19 @@ _BATCH_WORDS = {"cpu": 2 * CHUNK_WORDS, "cuda": 64 * CHUNK_WORDS}
 class _Scan:
     hash: torch.Tensor
     """0-d int64 on the tensor's device (before `_avalanche`)."""
-    stats: torch.Tensor
-    """(4,) float64 on the device: sum, sum of squares, min, max (NaN where not computed)."""
+    probe: torch.Tensor
+    """0-d float64: the float sum, NaN or Inf when an element is (0 for integers)."""
 
 
-def _scan(flat: torch.Tensor, *, full: bool) -> _Scan:
-    """Hash (and sums) of one tensor, chunk by chunk so later passes read from the cache."""
+def _scan(flat: torch.Tensor) -> _Scan:
+    """Hash of one tensor with torch ops on its device, in chunks of a bounded size."""
     device = flat.device
     consts = _constants(device)
     nbytes = flat.numel() * flat.element_size()
     words, tail = _words(flat)
     per_chunk = _CUDA_CHUNK_BYTES if device.type == "cuda" else _CPU_CHUNK_BYTES
     step_words = per_chunk // 8
-    values, acc = _stat_view(flat)
-    step_values = per_chunk // values.element_size() if values is not None else 0
-
     colsums: list[torch.Tensor] = []
-    sums: list[torch.Tensor] = []
-    norms: list[torch.Tensor] = []
-    mins: list[torch.Tensor] = []
-    maxs: list[torch.Tensor] = []
     n_chunks = max(1, math.ceil(nbytes / per_chunk))
     for i in range(n_chunks):
         w = words[i * step_words : (i + 1) * step_words]
@@ -227,26 +220,44 @@ def _scan(flat: torch.Tensor, *, full: bool) -> _Scan:
             if rest.numel():
                 colsum = colsum + torch.nn.functional.pad(rest, (0, COLS - rest.numel()))
             colsums.append(colsum.view(1, COLS))
-        if values is None or acc is None or (not full and acc == torch.int64):
-            continue  # integers have no NaN/Inf: a fingerprint needs no sum of them
-        v = values[i * step_values : (i + 1) * step_values]
-        if v.numel() == 0:
-            continue
-        if v.dtype not in _FLOATS and v.dtype not in _INTEGERS:
-            v = v.to(acc)
-        sums.append(v.sum(dtype=acc))
-        if full:
-            vf = v.double() if acc == torch.int64 else v
-            norms.append(
-                torch.linalg.vector_norm(vf, dtype=vf.dtype if acc == torch.int64 else acc)
-            )
-            lo, hi = torch.aminmax(v)
-            mins.append(lo)
-            maxs.append(hi)
-
     sums_by_chunk = torch.cat(colsums) if colsums else consts.columns[:0].view(0, COLS)
     h = ((sums_by_chunk * consts.columns).sum(1) * consts.chunks(sums_by_chunk.shape[0])).sum()
-    return _Scan(h, _stats(sums, norms, mins, maxs, device, full=full))
+    return _Scan(h, _probe_sum(flat))
+
+
+def _probe_sum(flat: torch.Tensor) -> torch.Tensor:
+    """0-d float64 sum of a float tensor (NaN or Inf if any element is); 0 for integers."""
+    values, acc = _stat_view(flat)
+    if values is None or acc is None or acc == torch.int64 or values.numel() == 0:
+        return torch.zeros((), dtype=torch.float64, device=flat.device)
+    if values.dtype not in _FLOATS:
+        values = values.to(acc)
+    return values.sum(dtype=acc).to(torch.float64)
+
+
+def _summary(flat: torch.Tensor) -> torch.Tensor:
+    """(4,) float64 on the device: sum, sum of squares, min, max (NaN min/max when empty)."""
+    f64 = torch.float64
+    values, acc = _stat_view(flat)
+    if values is None or acc is None or values.numel() == 0:
+        nan = math.nan
+        return torch.tensor([0.0, 0.0, nan, nan], dtype=f64, device=flat.device)
+    if values.dtype not in _FLOATS and values.dtype not in _INTEGERS:
+        values = values.to(acc)
+    norm = (
+        torch.linalg.vector_norm(values.double())
+        if acc == torch.int64
+        else torch.linalg.vector_norm(values, dtype=acc)
+    )
+    lo, hi = torch.aminmax(values)
+    return torch.stack(
+        [
+            values.sum(dtype=acc).to(f64),
+            norm.to(f64) ** 2,
+            lo.to(f64),
+            hi.to(f64),
+        ]
+    )
 
 
 def _hash_batch(
@@ -318,29 +329,6 @@ def _tail_word(tail: torch.Tensor) -> torch.Tensor:
     """The last nbytes % 8 bytes, zero-padded into one little-endian int64 word."""
     padded = torch.nn.functional.pad(tail, (0, 8 - tail.numel()))
     return padded.view(torch.int64)
-
-
-def _stats(
-    sums: list[torch.Tensor],
-    norms: list[torch.Tensor],
-    mins: list[torch.Tensor],
-    maxs: list[torch.Tensor],
-    device: torch.device,
-    *,
-    full: bool,
-) -> torch.Tensor:
-    f64 = torch.float64
-    nan = torch.full((), math.nan, dtype=f64, device=device)
-    zero = torch.zeros((), dtype=f64, device=device)
-    empty = zero if full else nan
-    return torch.stack(
-        [
-            torch.stack(sums).to(f64).sum() if sums else zero,
-            (torch.stack(norms).to(f64) ** 2).sum() if norms else empty,
-            torch.stack(mins).to(f64).min() if mins else nan,
-            torch.stack(maxs).to(f64).max() if maxs else nan,
-        ]
-    )
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
