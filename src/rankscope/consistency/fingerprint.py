@@ -196,14 +196,20 @@ class _Scan:
 
 
 def _scan(flat: torch.Tensor) -> _Scan:
-    """Hash of one tensor with torch ops on its device, in chunks of a bounded size."""
+    """Hash of one tensor with torch ops on its device, chunk by chunk.
+
+    Each chunk's float sum (the NaN/Inf probe) follows its hash while the chunk is in cache.
+    """
     device = flat.device
     consts = _constants(device)
     nbytes = flat.numel() * flat.element_size()
     words, tail = _words(flat)
     per_chunk = _CUDA_CHUNK_BYTES if device.type == "cuda" else _CPU_CHUNK_BYTES
     step_words = per_chunk // 8
+    values, acc = _probe_view(flat)
+    step_values = per_chunk // values.element_size() if values is not None else 0
     colsums: list[torch.Tensor] = []
+    sums: list[torch.Tensor] = []
     n_chunks = max(1, math.ceil(nbytes / per_chunk))
     for i in range(n_chunks):
         w = words[i * step_words : (i + 1) * step_words]
@@ -220,19 +226,21 @@ def _scan(flat: torch.Tensor) -> _Scan:
             if rest.numel():
                 colsum = colsum + torch.nn.functional.pad(rest, (0, COLS - rest.numel()))
             colsums.append(colsum.view(1, COLS))
+        if values is not None and acc is not None:
+            v = values[i * step_values : (i + 1) * step_values]
+            sums.append(v.sum(dtype=acc) if v.dtype in _FLOATS else v.to(acc).sum())
     sums_by_chunk = torch.cat(colsums) if colsums else consts.columns[:0].view(0, COLS)
     h = ((sums_by_chunk * consts.columns).sum(1) * consts.chunks(sums_by_chunk.shape[0])).sum()
-    return _Scan(h, _probe_sum(flat))
+    probe = torch.stack(sums).to(torch.float64).sum() if sums else consts.zero
+    return _Scan(h, probe)
 
 
-def _probe_sum(flat: torch.Tensor) -> torch.Tensor:
-    """0-d float64 sum of a float tensor (NaN or Inf if any element is); 0 for integers."""
+def _probe_view(flat: torch.Tensor) -> tuple[torch.Tensor | None, torch.dtype | None]:
+    """What the NaN/Inf probe sums over: floats only (integers have no NaN or Inf)."""
     values, acc = _stat_view(flat)
-    if values is None or acc is None or acc == torch.int64 or values.numel() == 0:
-        return torch.zeros((), dtype=torch.float64, device=flat.device)
-    if values.dtype not in _FLOATS:
-        values = values.to(acc)
-    return values.sum(dtype=acc).to(torch.float64)
+    if values is None or acc is None or acc == torch.int64:
+        return None, None
+    return values, acc
 
 
 def _summary(flat: torch.Tensor) -> torch.Tensor:
@@ -398,6 +406,7 @@ class _Constants:
     def __init__(self, device: torch.device) -> None:
         self.columns = column_weights().to(device)
         self.zero_row = torch.zeros(8 * COLS, dtype=torch.uint8, device=device)
+        self.zero = torch.zeros((), dtype=torch.float64, device=device)
         self._chunk_table = torch.empty(0, dtype=torch.int64, device=device)
         self._device = device
 
