@@ -77,6 +77,7 @@ def alternate(
 
 # ------------------------------------------------------------------------------ benchmark 1
 def bench_throughput(device: str, repeats: int, big_params: float) -> None:
+    from rankscope.consistency import cpu_hash
     from rankscope.consistency.fingerprint import fingerprint_tensors, summarize_tensors
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -88,9 +89,11 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
         "2,000 small tensors (4K float32 each)": many_small(2000, 4096, device),
     }
     threads = torch.get_num_threads()
+    kernel = "numba kernel" if cpu_hash.available() and device == "cpu" else "torch ops"
     print(f"\n[1] fingerprint throughput vs tensor.sum() on {device}, {threads} threads")
-    head = f"{'sum()':>9} {'fingerprint':>12} {'ratio':>6} {'full summaries':>15} {'ratio':>6}"
-    print(f"    {'tensors':44} {head}")
+    print(f"    fingerprint: {kernel}; torch ops: the same hashes without numba (as on a GPU)")
+    head = f"{'sum()':>9} {'fingerprint':>12} {'ratio':>6} {'torch ops':>10} {'ratio':>6}"
+    print(f"    {'tensors':44} {head} {'full summaries':>15} {'ratio':>6}")
     for label, tensors in cases.items():
         items = list(tensors.items())
         values = list(tensors.values())
@@ -98,6 +101,7 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
             {
                 "sum": lambda values=values: [v.sum() for v in values],
                 "fingerprint": lambda items=items: fingerprint_tensors(items),
+                "torch": lambda items=items: without_kernel(fingerprint_tensors, items),
                 "full": lambda items=items: summarize_tensors(items),
             },
             repeats,
@@ -106,10 +110,23 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
         gbs = nbytes(tensors) / 1e9
         print(
             f"    {label:44} {t['sum'] * 1e3:7.1f}ms {t['fingerprint'] * 1e3:10.1f}ms "
-            f"{t['sum'] / t['fingerprint']:5.2f}x {t['full'] * 1e3:13.1f}ms "
+            f"{t['sum'] / t['fingerprint']:5.2f}x {t['torch'] * 1e3:8.1f}ms "
+            f"{t['sum'] / t['torch']:5.2f}x {t['full'] * 1e3:13.1f}ms "
             f"{t['sum'] / t['full']:5.2f}x   ({gbs / t['fingerprint']:.1f} GB/s)"
         )
         del tensors, items, values
+
+
+def without_kernel(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn` with the CPU kernel switched off: the torch-ops path a GPU (or no numba) takes."""
+    from rankscope.consistency import cpu_hash
+
+    available = cpu_hash.available
+    cpu_hash.available = lambda: False  # type: ignore[method-assign]
+    try:
+        return fn(*args)
+    finally:
+        cpu_hash.available = available  # type: ignore[method-assign]
 
 
 # ------------------------------------------------------------------------------ benchmark 2
