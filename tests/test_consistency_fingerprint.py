@@ -159,6 +159,32 @@ def test_a_tensor_hashes_the_same_alone_or_among_others(path):
     assert together == alone
 
 
+def _hash_in_child(queue, tensor):
+    queue.put(one_hash(tensor))  # no torch ops of its own: OpenMP itself is not fork-safe
+
+
+def test_a_forked_child_still_fingerprints_with_threads():
+    """The parent's worker threads do not survive fork(); the child must not wait for them."""
+    import multiprocessing
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # 16 MB over 2 threads: the parent's pool starts
+    try:
+        tensor = torch.ones(4_000_000)
+        expected = one_hash(tensor)
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_hash_in_child, args=(queue, tensor))
+        child.start()
+        try:
+            assert queue.get(timeout=30) == expected
+        finally:
+            child.kill()
+            child.join(10)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_gpu_sized_chunks_give_the_same_hash(monkeypatch):
     """CUDA scans in bigger chunks; the hash is defined so that it does not change."""
     x = torch.randn(1021 * 128 * 40 + 3)

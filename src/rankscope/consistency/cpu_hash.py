@@ -14,6 +14,7 @@ fingerprint uses torch ops, with the same hashes.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -96,6 +97,15 @@ _BYTES_PER_THREAD = 4 << 20
 """Less work than this per thread is done on the calling thread alone."""
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+
+
+def _forget_workers() -> None:
+    """In a forked child the pool's threads are gone: start a new pool there when needed."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers)
 
 
 def _workers() -> ThreadPoolExecutor:
