@@ -8,9 +8,11 @@ constants per column and per chunk. Equal bytes always give equal hashes; any ch
 single word, swaps of words that are not a multiple of `COLS` apart, and the like change it.
 `COLS` is a prime so that rows of power-of-two widths do not line up with its columns.
 
-Chunks are about 1 MiB on the CPU, so that the numeric summaries that follow the hash read
-the chunk from the cache instead of memory; on a GPU they are larger to keep launches few.
-Every result stays on the device until one transfer per device at the end of a batch.
+CPU tensors are hashed by `cpu_hash` (one read of their memory, numba); the torch ops here
+compute the same hash on any other device (and on the CPU without numba). Their chunks are
+about 1 MiB on the CPU, so that the float sum that probes for NaN/Inf reads the chunk from the
+cache; on a GPU they are larger to keep launches few. Every result stays on the device until
+one transfer per device at the end.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Fingerprint]:
     """Hash and NaN/Inf counts of each tensor; one transfer to the host per device.
 
-    Small tensors are hashed together in batches (a handful of torch ops per batch rather
-    than per tensor); large ones chunk by chunk. Example:
-    `fingerprint_tensors([("w", model.weight)])[0].hash`.
+    CPU tensors go through the kernel all at once. Elsewhere small tensors are hashed together
+    in batches (a handful of torch ops per batch rather than per tensor), large ones chunk by
+    chunk. Example: `fingerprint_tensors([("w", model.weight)])[0].hash`.
     """
     tensors = [_local(t) for _, t in items]
     devices = ["cpu" if t.is_cpu else str(t.device) for t in tensors]
@@ -74,25 +76,24 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
             on_device.setdefault(devices[i], []).append(i)
     if on_host:
         checksums[on_host], suspects[on_host] = cpu_hash.hash_tensors([tensors[i] for i in on_host])
-    flats = tensors  # where the kernel read them; flattened below for torch ops
     hashes, probes = _Results(), _Results()
     for device, indices in on_device.items():
         small = []
         for i in indices:
-            flats[i] = _flat(tensors[i])
-            if _padded_words(flats[i]) <= _SMALL_WORDS:
+            tensors[i] = _flat(tensors[i])
+            if _padded_words(tensors[i]) <= _SMALL_WORDS:
                 small.append(i)
             else:
-                scan = _scan(flats[i])
+                scan = _scan(tensors[i])
                 hashes.add([i], scan.hash.view(1))
                 probes.add([i], scan.probe.view(1))
-        for batch in _batches(small, flats, device):
-            _hash_batch(batch, flats, hashes, probes)
+        for batch in _batches(small, tensors, device):
+            _hash_batch(batch, tensors, hashes, probes)
     for i, value in hashes.items():
         checksums[i] = value & _MASK
     for i, value in probes.items():
         suspects[i] = not math.isfinite(value)
-    counts = _nonfinite_counts(flats, suspects.tolist())
+    counts = _nonfinite_counts(tensors, suspects.tolist())
     mixed = _avalanche(checksums).tolist()
     return [
         Fingerprint(
