@@ -22,26 +22,24 @@ _ADD = np.uint64(CHUNK_ADD)
 _ONE = np.uint64(1)
 
 
-@intrinsic
-def _words_at(typingctx: Any, address: Any) -> Any:
-    """The int64 address of a tensor's first byte as a pointer to 64-bit words."""
-    pointer = types.CPointer(types.uint64)
+def _address_as(element: Any) -> Any:
+    """An intrinsic that reads an int64 address as a pointer to `element`s."""
+    pointer = types.CPointer(element)
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], context.get_value_type(pointer))
+    @intrinsic
+    def cast(typingctx: Any, address: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return builder.inttoptr(args[0], context.get_value_type(pointer))
 
-    return pointer(types.int64), codegen
+        return pointer(types.int64), codegen
+
+    return cast
 
 
-@intrinsic
-def _bytes_at(typingctx: Any, address: Any) -> Any:
-    """The int64 address as a pointer to bytes (for the last partial word)."""
-    pointer = types.CPointer(types.uint8)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], context.get_value_type(pointer))
-
-    return pointer(types.int64), codegen
+_words_at = _address_as(types.uint64)
+"""A tensor's first byte as a pointer to 64-bit words."""
+_bytes_at = _address_as(types.uint8)
+"""An address as a pointer to bytes (for the last partial word)."""
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
