@@ -129,36 +129,31 @@ def hash_tensors(tensors: Sequence[torch.Tensor]) -> tuple[np.ndarray, np.ndarra
 
     kernels = _kernels()
     assert kernels is not None
-    sizes = [t.nbytes for t in tensors]
-    threads = max(1, min(torch.get_num_threads(), _MAX_THREADS))
-    chunks = [-(-size // (8 * CHUNK_WORDS)) for size in sizes]
-    piece = max(1, -(-sum(chunks) // (4 * threads)))
-    owners: list[int] = []
-    firsts: list[int] = []
-    for i, n in enumerate(chunks):
-        for first in range(0, max(n, 1), piece):
-            owners.append(i)
-            firsts.append(first)
-    lasts = [min(first + piece, chunks[i]) for i, first in zip(owners, firsts, strict=True)]
     probes = [PROBES[t.dtype] for t in tensors]
-    columns = (
-        np.asarray([tensors[i].data_ptr() for i in owners], dtype=np.int64),
-        np.asarray([sizes[i] for i in owners], dtype=np.int64),
-        np.asarray(firsts, dtype=np.int64),
-        np.asarray(lasts, dtype=np.int64),
-    )
-    exponents = np.asarray([probes[i].exponent for i in owners], dtype=np.uint64)
-    lowests = np.asarray([probes[i].lowest for i in owners], dtype=np.uint64)
+    sizes = np.asarray([t.nbytes for t in tensors], dtype=np.int64)
+    addresses = np.asarray([t.data_ptr() for t in tensors], dtype=np.int64)
+    chunk_bytes = 8 * CHUNK_WORDS
+    chunks = -(-sizes // chunk_bytes)
+    threads = max(1, min(torch.get_num_threads(), _MAX_THREADS))
+    piece = max(1, -(-int(chunks.sum()) // (4 * threads)))
+    # Work items: each tensor cut into runs of `piece` chunks (one item if it is small).
+    pieces = np.maximum(1, -(-chunks // piece))
+    owners = np.repeat(np.arange(len(tensors)), pieces)
+    firsts = (np.arange(len(owners)) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * piece
+    lasts = np.minimum(firsts + piece, chunks[owners])
+    item = (addresses[owners], sizes[owners], firsts, lasts)
+    exponents = np.asarray([p.exponent for p in probes], dtype=np.uint64)[owners]
+    lowests = np.asarray([p.lowest for p in probes], dtype=np.uint64)[owners]
     out = np.zeros((len(owners), 2), dtype=np.uint64)
     weights = _columns()
 
     def run(lo: int, hi: int) -> None:
         kernels.scan(
-            *(c[lo:hi] for c in columns), weights, exponents[lo:hi], lowests[lo:hi], out[lo:hi]
+            *(c[lo:hi] for c in item), weights, exponents[lo:hi], lowests[lo:hi], out[lo:hi]
         )
 
-    item_bytes = np.minimum(columns[1], 8 * CHUNK_WORDS * columns[3]) - np.minimum(
-        columns[1], 8 * CHUNK_WORDS * columns[2]
+    item_bytes = np.minimum(item[1], chunk_bytes * lasts) - np.minimum(
+        item[1], chunk_bytes * firsts
     )
     parts = min(threads, 1 + int(item_bytes.sum()) // _BYTES_PER_THREAD)
     bounds = _balanced(item_bytes, parts)
@@ -168,9 +163,8 @@ def hash_tensors(tensors: Sequence[torch.Tensor]) -> tuple[np.ndarray, np.ndarra
         future.result()
     checksums = np.zeros(len(tensors), dtype=np.uint64)
     found = np.zeros(len(tensors), dtype=np.uint64)
-    index = np.asarray(owners, dtype=np.int64)
-    np.add.at(checksums, index, out[:, 0])
-    np.bitwise_or.at(found, index, out[:, 1])
+    np.add.at(checksums, owners, out[:, 0])
+    np.bitwise_or.at(found, owners, out[:, 1])
     signs = np.asarray([p.signs for p in probes], dtype=np.uint64)
     return checksums, (found & signs) != 0
 
