@@ -70,8 +70,9 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
     for i, t in enumerate(tensors):
         if kernel and devices[i] == "cpu" and t.dtype in cpu_hash.PROBES:
             on_host.append(i)
-            if not _in_place(t):
-                tensors[i] = _flat(t).clone()
+            if not _in_place(t):  # a strided, conjugate or misaligned view: a fresh copy
+                flat = _flat(t)
+                tensors[i] = flat if _in_place(flat) else flat.clone()
         else:
             on_device.setdefault(devices[i], []).append(i)
     if on_host:
