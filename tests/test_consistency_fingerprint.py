@@ -227,6 +227,19 @@ def test_difference_exact_and_nan_aware():
     assert difference(torch.empty(0), torch.empty(0)).max_abs == 0.0
 
 
+def test_difference_edge_values():
+    inf = math.inf
+    same = torch.tensor([inf, -inf, 0.0, -0.0, 3.0])
+    assert difference(same, torch.tensor([inf, -inf, -0.0, 0.0, 3.0])) == fpmod.Difference(0, 0)
+    assert difference(torch.tensor([1.0, inf]), torch.tensor([1.0, -inf])).max_abs == inf
+    assert difference(torch.tensor([0.5]), torch.tensor([0.0])) == fpmod.Difference(0.5, inf)
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    assert difference(z + 0.25j, z) == fpmod.Difference(0.25, 0.125)
+    big = torch.zeros(300_000, dtype=torch.bfloat16)
+    big[123_456] = 2.0
+    assert difference(big, torch.zeros_like(big)) == fpmod.Difference(2.0, inf)
+
+
 def test_flatten_module_with_buffers_and_grads():
     model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
     model(torch.randn(4, 3)).sum().backward()
