@@ -17,7 +17,7 @@ import itertools
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -158,7 +158,10 @@ def hash_tensors(tensors: Sequence[torch.Tensor]) -> tuple[np.ndarray, np.ndarra
     parts = min(threads, 1 + int(item_bytes.sum()) // _BYTES_PER_THREAD)
     bounds = _balanced(item_bytes, parts)
     futures = [_workers().submit(run, lo, hi) for lo, hi in bounds[1:]]
-    run(*bounds[0])
+    try:
+        run(*bounds[0])
+    finally:  # never return (and let the tensors go) while a worker still reads them
+        wait(futures)
     for future in futures:
         future.result()
     checksums = np.zeros(len(tensors), dtype=np.uint64)

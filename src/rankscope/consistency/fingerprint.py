@@ -68,7 +68,7 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
     on_device: dict[str, list[int]] = {}
     kernel = cpu_hash.available()
     for i, t in enumerate(tensors):
-        if kernel and devices[i] == "cpu" and t.dtype in cpu_hash.PROBES:
+        if kernel and _for_kernel(t, devices[i]):
             on_host.append(i)
             if not _in_place(t):  # a strided, conjugate or misaligned view: a fresh copy
                 flat = _flat(t)
@@ -350,6 +350,11 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     """This rank's part: a DTensor's local shard, any other tensor as it is."""
     to_local = getattr(t, "to_local", None)
     return to_local() if callable(to_local) else t
+
+
+def _for_kernel(t: torch.Tensor, device: str) -> bool:
+    """Whether the CPU kernel hashes `t`: a dense CPU tensor of a dtype it knows."""
+    return device == "cpu" and t.layout == torch.strided and t.dtype in cpu_hash.PROBES
 
 
 def _in_place(t: torch.Tensor) -> bool:
