@@ -31,7 +31,7 @@ from rankscope.consistency.model import Difference, Fingerprint, Summary, Tensor
 
 COLS = 1021
 CHUNK_WORDS = COLS * 128
-"""Words of one base chunk (about 1 MiB), each weighted by `chunk_weight` of its index."""
+"""Words of one base chunk (about 1 MiB), each weighted by `_chunk_weight` of its index."""
 CHUNK_MUL = 0x9E3779B97F4A7C15
 CHUNK_ADD = 0x632BE59BD9B4E019
 _CPU_CHUNK_BYTES = 8 * CHUNK_WORDS
@@ -186,8 +186,8 @@ def describe(tensor: torch.Tensor, rank: int) -> TensorStats:
 # ---------------------------------------------------------------------------------- scanning
 # The hash of a tensor: its bytes, zero-padded to whole int64 words x_0..x_{n-1}, give
 #   sum_j x_j * w[j % COLS] * u[j // CHUNK_WORDS]   (mod 2**64), then `_avalanche`.
-# Large tensors compute it chunk by chunk (column sums, then weights); small ones in batches
-# (words times a weight table, cumulative sum, differences at the tensor boundaries).
+# With torch ops large tensors compute it chunk by chunk (column sums, then weights), small
+# ones in batches (one `index_add_` of their rows); CPU tensors go through `cpu_hash`.
 _SMALL_WORDS = 16 * COLS
 """Tensors up to this many words (128 KiB) are hashed in batches."""
 _BATCH_WORDS = {"cpu": 2 * CHUNK_WORDS, "cuda": 64 * CHUNK_WORDS}
@@ -428,13 +428,13 @@ class _Constants:
     def chunks(self, n: int) -> torch.Tensor:
         if self._chunk_table.numel() < n:
             size = max(n, 2 * self._chunk_table.numel(), 1024)
-            table = [_signed(chunk_weight(i)) for i in range(size)]
+            table = [_signed(_chunk_weight(i)) for i in range(size)]
             self._chunk_table = torch.tensor(table, dtype=torch.int64, device=self._device)
         return self._chunk_table[:n]
 
 
-def chunk_weight(i: int) -> int:
-    """The odd weight of base chunk `i`."""
+def _chunk_weight(i: int) -> int:
+    """The odd weight of base chunk `i` (`numba_kernel` computes the same inline)."""
     return ((i * CHUNK_MUL + CHUNK_ADD) | 1) & _MASK
 
 
@@ -481,14 +481,12 @@ class _Results:
             out += zip([i for idx, _ in parts for i in idx], host, strict=True)
         return out
 
-    def _fetch(self, n: int) -> list[Any]:
-        out: list[Any] = [None] * n
-        for i, value in self.items():
-            out[i] = value
-        return out
-
     def rows(self, n: int) -> list[list[float]]:
-        return [[float(x) for x in v] if v is not None else [] for v in self._fetch(n)]
+        """Each of the `n` indices' row of floats (empty where nothing was added)."""
+        out: list[list[float]] = [[] for _ in range(n)]
+        for i, row in self.items():
+            out[i] = [float(x) for x in row]
+        return out
 
 
 def _nonfinite_counts(
