@@ -1,0 +1,92 @@
+"""What every feature's commands share: consoles, options, exit codes and error handling.
+
+Exit codes: 0 all well, 1 a finding (a dead or stuck rank, a leak, a mismatch), 2 bad input or
+nothing to talk to, 3 an internal error (a bug in rankscope: rerun with --debug for the
+traceback). Errors a user can fix print one line; tracebacks only with --debug.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from rankscope.errors import UserError
+
+__all__ = [
+    "Address",
+    "ExitCode",
+    "Job",
+    "Json",
+    "err",
+    "handle_errors",
+    "out",
+    "set_debug",
+]
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+Address = Annotated[
+    str | None,
+    typer.Option("--address", help="Ray cluster HOST:PORT (default: RAY_ADDRESS, or local)."),
+]
+Job = Annotated[str | None, typer.Option("--job", help="Ray job id (default: jobs still running).")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+class ExitCode(enum.IntEnum):
+    """The process exit codes every command keeps to."""
+
+    OK = 0
+    """All well."""
+    FINDING = 1
+    """Something is wrong in the job: a dead or stuck rank, a leak, a mismatch."""
+    BAD_INPUT = 2
+    """A mistake the user can fix, or nothing to talk to."""
+    INTERNAL = 3
+    """A bug in rankscope; --debug shows the traceback."""
+
+
+_state = {"debug": False}
+
+
+def set_debug(debug: bool) -> None:
+    """`--debug`: let exceptions through with their traceback."""
+    _state["debug"] = debug
+
+
+def handle_errors(fn: F) -> F:
+    """One line and exit 2 for mistakes a user can fix, exit 3 for our own bugs.
+
+    Example: `@app.command()` above `@handle_errors` above the command function.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except UserError as exc:
+            if _state["debug"]:
+                raise
+            err.print(f"rankscope: error: {exc}", markup=False)
+            raise typer.Exit(ExitCode.BAD_INPUT) from None
+        except Exception as exc:
+            if _state["debug"]:
+                raise
+            err.print(
+                f"rankscope: internal error: {type(exc).__name__}: {exc} "
+                "(rerun with --debug for the traceback)",
+                markup=False,
+            )
+            raise typer.Exit(ExitCode.INTERNAL) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,249 @@
+"""Hang diagnosis: align every rank's collectives by (group, sequence number) and say what is wrong.
+
+Pure: per-rank records in, findings out. The findings name the culprit rank, the sequence
+number, the op and its tensors, and where the culprit is, e.g. "group 0 (4 ranks): ranks 0-2 wait
+in all_reduce #1043 (float32[1048576]) for 12.4 s; rank 3 never entered #1043, its last completed
+collective is #1042; rank 3 is in load_batch data.py:41".
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rankscope.hang.model import CallState, CollectiveRecord
+from rankscope.ranks import format_ranks
+
+STARTED = CallState.STARTED
+DEFAULT_MIN_WAIT_S = 5.0
+"""A collective running for less than this is not (yet) called a hang."""
+
+
+class FindingKind(str, enum.Enum):
+    HANG = "hang"
+    """Some members of a group wait in a collective that others never entered."""
+    MISMATCH = "mismatch"
+    """At one sequence number, ranks called different ops, shapes or dtypes."""
+    CROSS_GROUP = "cross_group_deadlock"
+    """Ranks wait in different groups' collectives, each waiting for the other."""
+    DEAD = "dead"
+    """A registered rank's process is gone."""
+
+
+@dataclass(frozen=True)
+class RankEvidence:
+    """What is known about one rank: its collectives, where it is, whether it lives."""
+
+    rank: int
+    records: tuple[CollectiveRecord, ...]
+    groups: dict[str, tuple[int, ...]]
+    where: str | None = None
+    """Headline of its main thread's stack, e.g. `load_batch data.py:41`."""
+    dead: bool = False
+    death: str = ""
+    """Why it died, as far as Ray and the node know."""
+    last_seen: float = 0.0
+
+
+@dataclass(frozen=True)
+class HangFinding:
+    kind: FindingKind
+    message: str
+    group: str | None = None
+    ranks: tuple[int, ...] = ()
+    """The ranks to look at: the ones that did not come, the odd ones, the dead."""
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """One line per group: who is where, for the healthy case too."""
+
+    group: str
+    ranks: tuple[int, ...]
+    last_seq: int
+    waiting: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HangReport:
+    job_id: str
+    generated_at: float
+    findings: tuple[HangFinding, ...]
+    groups: tuple[GroupState, ...]
+    missing_ranks: tuple[int, ...] = field(default=())
+    """Ranks named by a group that sent no evidence (no probe, or it did not answer)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def analyze_hang(
+    job_id: str,
+    evidence: Sequence[RankEvidence],
+    now: float,
+    min_wait_s: float = DEFAULT_MIN_WAIT_S,
+) -> HangReport:
+    """Findings over every group seen by any rank; keeps going when ranks are missing."""
+    by_rank = {e.rank: e for e in evidence}
+    groups: dict[str, tuple[int, ...]] = {}
+    for e in evidence:
+        groups.update(e.groups)
+    findings: list[HangFinding] = []
+    states: list[GroupState] = []
+    waits: dict[str, dict[int, CollectiveRecord]] = {}
+    for name in sorted(groups, key=_group_order):
+        members = groups[name] or tuple(sorted(by_rank))
+        per_rank = {
+            r: [rec for rec in by_rank[r].records if rec.group == name and not rec.p2p]
+            for r in members
+            if r in by_rank
+        }
+        findings.extend(_mismatches(name, per_rank))
+        inside = {
+            r: recs[-1] for r, recs in per_rank.items() if recs[-1:] and recs[-1].state is STARTED
+        }
+        waiting = {r: rec for r, rec in inside.items() if now - rec.start >= min_wait_s}
+        waits[name] = inside if waiting else {}
+        last = max((rec.seq for recs in per_rank.values() for rec in recs), default=0)
+        states.append(GroupState(name, members, last, tuple(sorted(waiting))))
+    findings.extend(_hangs(groups, waits, by_rank, now))
+    findings.extend(_dead(evidence, now))
+    missing = sorted({r for m in groups.values() for r in m} - set(by_rank))
+    return HangReport(job_id, now, tuple(findings), tuple(states), tuple(missing))
+
+
+def _hangs(
+    groups: dict[str, tuple[int, ...]],
+    waits: dict[str, dict[int, CollectiveRecord]],
+    by_rank: dict[int, RankEvidence],
+    now: float,
+) -> list[HangFinding]:
+    findings = []
+    stuck_elsewhere: list[str] = []
+    for name, waiting in waits.items():  # `waiting`: every rank inside a collective, when
+        if not waiting:  # at least one of them has waited min_wait_s
+            continue
+        members = groups[name] or tuple(sorted(by_rank))
+        top = max(rec.seq for rec in waiting.values())
+        at_top = sorted(r for r, rec in waiting.items() if rec.seq == top)
+        rec = waiting[at_top[0]]
+        absent = [r for r in members if r not in at_top]
+        if not absent:
+            continue  # everyone is in it: slow, not stuck (the watchdog covers that)
+        waited = now - min(waiting[r].start for r in at_top)
+        parts = [
+            f"group {name} ({len(members)} ranks): {_ranks(at_top)} wait in {rec.op} "
+            f"#{top} ({rec.tensors}) for {waited:.1f} s"
+        ]
+        for r in absent:
+            parts.append(_absent_rank(r, name, top, by_rank, waits))
+            other = _waiting_elsewhere(r, name, waits)
+            if other is not None:
+                stuck_elsewhere.append(
+                    f"rank {r} waits in group {other[0]} {other[1].op} "
+                    f"#{other[1].seq} while group {name} waits for it"
+                )
+        findings.append(HangFinding(FindingKind.HANG, "; ".join(parts), name, tuple(absent), top))
+    if stuck_elsewhere:
+        findings.append(
+            HangFinding(
+                FindingKind.CROSS_GROUP,
+                "cross-group deadlock: "
+                + "; ".join(stuck_elsewhere)
+                + ": make every rank issue the groups' collectives in the same order",
+            )
+        )
+    return findings
+
+
+def _absent_rank(
+    rank: int,
+    group: str,
+    seq: int,
+    by_rank: dict[int, RankEvidence],
+    waits: dict[str, dict[int, CollectiveRecord]],
+) -> str:
+    evidence = by_rank.get(rank)
+    if evidence is None:
+        return f"rank {rank} sent no evidence (no probe, or it did not answer)"
+    own = [r for r in evidence.records if r.group == group and not r.p2p]
+    completed = [r.seq for r in own if r.state is CallState.COMPLETED]
+    behind = [r for r in own if r.seq < seq and r.state is CallState.STARTED]
+    if behind:
+        text = f"rank {rank} is still in #{behind[-1].seq} ({behind[-1].op})"
+    else:
+        last = f"#{max(completed)}" if completed else "none"
+        text = f"rank {rank} never entered #{seq}, its last completed collective is {last}"
+    if evidence.dead:
+        return f"{text}; rank {rank} is dead"
+    if evidence.where:
+        text += f"; rank {rank} is in {evidence.where}"
+    return text
+
+
+def _waiting_elsewhere(
+    rank: int, group: str, waits: dict[str, dict[int, CollectiveRecord]]
+) -> tuple[str, CollectiveRecord] | None:
+    for other, waiting in waits.items():
+        if other != group and rank in waiting:
+            return other, waiting[rank]
+    return None
+
+
+def _mismatches(name: str, per_rank: dict[int, list[CollectiveRecord]]) -> list[HangFinding]:
+    """The first sequence number at which the ranks' calls differ (later ones follow from it)."""
+    by_seq: dict[int, dict[int, CollectiveRecord]] = {}
+    for rank, records in per_rank.items():
+        for rec in records:
+            by_seq.setdefault(rec.seq, {})[rank] = rec
+    for seq in sorted(by_seq):
+        calls = by_seq[seq]
+        if len(calls) < 2:
+            continue
+        for what, key in (("called", lambda c: c.op), ("passed", lambda c: c.tensors)):
+            values = {r: key(c) for r, c in calls.items()}
+            counts = Counter(values.values())
+            if len(counts) < 2:
+                continue
+            majority = counts.most_common(1)[0][0]
+            odd = sorted(r for r, v in values.items() if v != majority)
+            rest = sorted(r for r, v in values.items() if v == majority)
+            odd_text = "; ".join(f"rank {r} {what} {values[r]}" for r in odd)
+            message = (
+                f"group {name} #{seq}: {odd_text} where {_ranks(rest)} {what} {majority}"
+                f" (at {calls[odd[0]].caller})"
+            )
+            return [HangFinding(FindingKind.MISMATCH, message, name, tuple(odd), seq)]
+    return []
+
+
+def _dead(evidence: Sequence[RankEvidence], now: float) -> list[HangFinding]:
+    findings = []
+    for e in evidence:
+        if not e.dead:
+            continue
+        last = e.records[-1] if e.records else None
+        text = f"rank {e.rank} is dead (last heard {now - e.last_seen:.1f} s ago)"
+        if e.death:
+            text += f": {e.death}"
+        if last is not None:
+            text += (
+                f"; its last collective: {last.op} #{last.seq} in group {last.group} "
+                f"({last.state.value})"
+            )
+        if e.where:
+            text += f"; it was last in {e.where}"
+        findings.append(HangFinding(FindingKind.DEAD, text, None, (e.rank,)))
+    return findings
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}"
+
+
+def _group_order(name: str) -> tuple[int, str]:
+    return (0, f"{int(name):08d}") if name.isdigit() else (1, name)
