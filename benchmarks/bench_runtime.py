@@ -72,8 +72,8 @@ class Sleeper:
 
 
 def bench_stacks(ray: Any, trials: int) -> None:
-    from rankscope.cli.commands import stacks
     from rankscope.runtime.client import HubClient
+    from rankscope.stacks.collect import stack_reports
     from rankscope.stacks.pyspy import pyspy_executable
 
     cls: Any = ray.remote(num_cpus=0)(Sleeper)
@@ -92,7 +92,7 @@ def bench_stacks(ray: Any, trials: int) -> None:
     assert exe is not None
     for _ in range(trials):
         start = time.perf_counter()
-        report = stacks(None, job_id, None, 2.0, client=client)[0]
+        report = stack_reports(None, job_id, None, 2.0, client=client)[0]
         ours.append(time.perf_counter() - start)
         assert report.process_count >= 8
         start = time.perf_counter()

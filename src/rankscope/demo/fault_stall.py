@@ -12,9 +12,9 @@ STALL_DETECT_S = 2.0
 
 
 def diagnose(session: DemoSession) -> bool:
-    from rankscope.analysis.stacks import summarize
-    from rankscope.cli.commands import stacks
-    from rankscope.cli.render import render_stacks
+    from rankscope.stacks.analysis import summarize
+    from rankscope.stacks.collect import stack_reports
+    from rankscope.stacks.render import render_stacks
 
     session.wait_for(
         lambda: all(
@@ -24,7 +24,7 @@ def diagnose(session: DemoSession) -> bool:
         what="the injected stall",
     )
     session.console.print(f"no rank has made progress for {STALL_DETECT_S:g}s; taking stacks...\n")
-    report = stacks(None, None, None, 2.0, client=session.client)[0]
+    report = stack_reports(None, None, None, 2.0, client=session.client)[0]
     session.console.print(render_stacks(report))
     verdict = summarize(report) or ""
     return f"rank {session.fault_rank} is elsewhere: load_batch" in verdict

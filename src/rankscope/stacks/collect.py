@@ -6,8 +6,12 @@ import time
 
 import ray
 
+from rankscope.errors import UserError
+from rankscope.ranks import parse_rank_spec
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import filter_ranks
+from rankscope.stacks.analysis import StackReport, group_stacks
 from rankscope.stacks.model import ProcessStacks
 from rankscope.stacks.pyspy import PYSPY_TIMEOUT_S, dump_on_node
 
@@ -62,3 +66,25 @@ def _pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:
             reason = str(getattr(exc, "cause", None) or exc).strip().splitlines()[-1]
             out.append(ProcessStacks(status, (), "none", f"{why}; {reason}"))
     return out
+
+
+def stack_reports(
+    address: str | None,
+    job: str | None,
+    ranks: str | None,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    *,
+    client: HubClient | None = None,
+) -> list[StackReport]:
+    """`rankscope stacks`: every selected job's processes, their stacks grouped."""
+    wanted = parse_rank_spec(ranks) if ranks is not None else None  # bad spec: fail before Ray
+    client = client or HubClient.attach(address)
+    reports = []
+    for job_id, probes in client.jobs(job).items():
+        chosen = filter_ranks(probes, wanted)
+        if not chosen:
+            raise UserError(
+                f"--ranks {ranks}: no registered process of job {job_id} has those ranks"
+            )
+        reports.append(group_stacks(job_id, collect_stacks(client, chosen, deadline_s=deadline_s)))
+    return reports

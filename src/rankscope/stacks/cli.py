@@ -1,0 +1,40 @@
+"""`rankscope stacks`: Python stacks of every thread of every rank, grouped."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rankscope.cli.common import Address, Job, Json, handle_errors, out
+
+app = typer.Typer()
+
+
+@app.command()
+@handle_errors
+def stacks(
+    address: Address = None,
+    job: Job = None,
+    ranks: Annotated[
+        str | None, typer.Option("--ranks", help="Only these ranks, e.g. 0,3-5.")
+    ] = None,
+    as_json: Json = False,
+    deadline: Annotated[
+        float, typer.Option("--deadline", help="Seconds to wait for probes before py-spy.")
+    ] = 2.0,
+    all_frames: Annotated[
+        bool, typer.Option("--all-frames", help="Do not fold library frames.")
+    ] = False,
+) -> None:
+    """Python stacks of every thread of every rank, grouped by identical stack."""
+    from rankscope.cli.output import to_json
+    from rankscope.stacks.collect import stack_reports
+    from rankscope.stacks.render import render_stacks
+
+    reports = stack_reports(address, job, ranks, deadline)
+    if as_json:
+        out.print_json(to_json("stacks", reports))
+        return
+    for report in reports:
+        out.print(render_stacks(report, all_frames=all_frames))
