@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from rankscope.analysis.hang import FindingKind, RankEvidence, analyze_hang
+from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang
 from rankscope.hang.model import CallState, CollectiveRecord
 from rankscope.hang.recorder import collective_recorder, record_collectives, stop_recording
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rankscope.analysis.hang import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
+from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
 from rankscope.hang.death import explain_deaths
 from rankscope.hang.model import RecorderSnapshot
 from rankscope.runtime.client import HubClient
@@ -65,3 +65,12 @@ def _newest_per_rank(probes: list[ProbeStatus]) -> list[ProbeStatus]:
     for p in sorted(probes, key=lambda p: (p.state != ProbeState.DEAD, p.registered_at)):
         best[p.context.rank or 0] = p
     return sorted(best.values(), key=lambda p: p.context.rank or 0)
+
+
+def hang_reports(address: str | None, job: str | None, min_wait_s: float) -> list[HangReport]:
+    """`rankscope hang`: one report for every selected job."""
+    client = HubClient.attach(address)
+    return [
+        hang_report(client, job_id, probes, min_wait_s=min_wait_s)
+        for job_id, probes in client.jobs(job).items()
+    ]

@@ -1,0 +1,37 @@
+"""`rankscope hang`: which rank hangs, in which collective, and where."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
+
+app = typer.Typer()
+
+
+@app.command()
+@handle_errors
+def hang(
+    address: Address = None,
+    job: Job = None,
+    as_json: Json = False,
+    min_wait: Annotated[
+        float,
+        typer.Option("--min-wait", help="Seconds in one collective before it counts as stuck."),
+    ] = 5.0,
+) -> None:
+    """Which rank hangs, in which collective, and where: collectives aligned across ranks."""
+    from rankscope.cli.output import to_json
+    from rankscope.hang.collect import hang_reports
+    from rankscope.hang.render import render_hang
+
+    reports = hang_reports(address, job, min_wait)
+    if as_json:
+        out.print_json(to_json("hang", reports))
+    else:
+        for report in reports:
+            out.print(render_hang(report))
+    if any(not r.ok for r in reports):
+        raise typer.Exit(ExitCode.FINDING)
