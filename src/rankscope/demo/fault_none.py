@@ -11,7 +11,7 @@ from rankscope.demo.session import DemoSession
 def diagnose(session: DemoSession) -> bool:
     import ray
 
-    from rankscope.cli.render import render_status
+    from rankscope.status.render import render_status
 
     losses = ray.get(session.runs)
     time.sleep(1.0)  # one more heartbeat, so the table shows the final step

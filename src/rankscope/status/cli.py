@@ -1,0 +1,28 @@
+"""`rankscope status`: every registered process, its state and progress."""
+
+from __future__ import annotations
+
+import typer
+
+from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
+
+app = typer.Typer()
+
+
+@app.command()
+@handle_errors
+def status(address: Address = None, job: Job = None, as_json: Json = False) -> None:
+    """Every registered process: rank, node, pid, actor, state, last heartbeat, version."""
+    from rankscope.cli.output import to_json
+    from rankscope.status.collect import any_lost, job_statuses
+    from rankscope.status.render import render_status
+
+    jobs = job_statuses(address, job)
+    if as_json:
+        data = {j.job_id: {"processes": j.processes, "deaths": j.deaths} for j in jobs}
+        out.print_json(to_json("status", data))
+    else:
+        for j in jobs:
+            out.print(render_status(j.job_id, j.processes, j.deaths))
+    if any_lost(jobs):
+        raise typer.Exit(ExitCode.FINDING)
