@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
 from helpers import wait_registered
-from rankscope.analysis.environment import ProcessFacts, compare_environments
 from rankscope.doctor import collect_facts
+from rankscope.doctor.analysis import compare_environments
+from rankscope.doctor.model import ProcessFacts
 from workers import GlooRank
 
 

@@ -10,10 +10,10 @@ import os
 import platform
 import shutil
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope._version import __version__
+from rankscope.doctor.model import EnvironmentFacts
 from rankscope.runtime.probe import register_handler
 
 WATCHED_VARIABLE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "TORCH_DISTRIBUTED_")
@@ -25,21 +25,6 @@ WATCHED_VARIABLES = (
     "MASTER_PORT",
     "WORLD_SIZE",
 )
-
-
-@dataclass(frozen=True)
-class EnvironmentFacts:
-    python: str
-    platform: str
-    rankscope: str
-    ray: str
-    torch: str | None
-    cuda: str | None
-    nccl: str | None
-    gpus: tuple[str, ...]
-    shm_total_bytes: int | None
-    shm_free_bytes: int | None
-    variables: dict[str, str] = field(default_factory=dict)
 
 
 def collect_facts() -> EnvironmentFacts:

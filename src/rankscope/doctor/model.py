@@ -1,0 +1,38 @@
+"""What the doctor reports: each process's environment facts, and what differs between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["EnvironmentFacts", "EnvironmentFinding", "ProcessFacts"]
+
+
+@dataclass(frozen=True)
+class EnvironmentFacts:
+    python: str
+    platform: str
+    rankscope: str
+    ray: str
+    torch: str | None
+    cuda: str | None
+    nccl: str | None
+    gpus: tuple[str, ...]
+    shm_total_bytes: int | None
+    shm_free_bytes: int | None
+    variables: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    label: str
+    """`rank 3` or `pid 1234@host`."""
+    hostname: str
+    facts: EnvironmentFacts
+
+
+@dataclass(frozen=True)
+class EnvironmentFinding:
+    what: str
+    """The fact or variable, e.g. `torch` or `NCCL_SOCKET_IFNAME`."""
+    message: str
+    odd_ones: tuple[str, ...]
