@@ -13,9 +13,9 @@ import random
 
 import pytest
 
-from rankscope.analysis import memory as analysis
-from rankscope.analysis.memory import Verdict
-from rankscope.memory.records import GIB, MIB, CudaMemory, MemorySnapshot
+from rankscope.memory import analysis
+from rankscope.memory.analysis import Verdict
+from rankscope.memory.model import GIB, MIB, CudaMemory, MemorySnapshot
 from rankscope.memory.snapshot import cuda_memory_from_stats
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import rankscope
-from rankscope.memory.records import MIB
+from rankscope.memory.model import MIB
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import rankscope
-from rankscope.memory.records import MIB
+from rankscope.memory.model import MIB
 from rankscope.memory.report import ProcessSection, render_report
 
 CHROMIUM = "/usr/bin/chromium"

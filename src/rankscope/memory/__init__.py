@@ -1,9 +1,9 @@
 """Memory: per-process snapshots, leak detection, OOM forensics, a cluster view, HTML reports."""
 
 from rankscope.memory import handler as _handler  # noqa: F401  (registers the `memory` command)
+from rankscope.memory.model import CudaMemory, MemorySnapshot
 from rankscope.memory.oom import oom_guard
 from rankscope.memory.profiler import MemoryProfiler
-from rankscope.memory.records import CudaMemory, MemorySnapshot
 from rankscope.memory.usage import MemoryUsageProfile, profile_memory_usage
 
 __all__ = [

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
-from rankscope.memory.cluster import JobMemory, cluster_memory, render
+from rankscope.memory.collect import JobMemory, cluster_memory
+from rankscope.memory.render import render
 from rankscope.memory.report import ProcessSection, write_report
 from rankscope.runtime.client import HubClient
 
@@ -27,7 +28,7 @@ class MemoryProfileFiles:
 
 def memory_profile(address: str | None, job: str | None, as_json: bool, console: Console) -> int:
     """Snapshot every rank, write the verdicts; exit code 1 when a rank has a finding."""
-    from rankscope.cli.render import to_json
+    from rankscope.cli.output import to_json
 
     client = HubClient.attach(address)
     views = cluster_memory(address, job, history=True, client=client)
@@ -76,7 +77,7 @@ def sections(job: JobMemory) -> list[ProcessSection]:
 
 
 def write_job(run_dir: str, stamp: str, job: JobMemory) -> MemoryProfileFiles:
-    from rankscope.cli.render import to_json
+    from rankscope.cli.output import to_json
 
     directory = os.path.join(run_dir, job.view.job_id or "no-job")
     os.makedirs(directory, exist_ok=True)

@@ -6,30 +6,16 @@ only in a process that already initialised it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from rankscope.analysis import memory as analysis
+from rankscope.memory import analysis
 from rankscope.memory import snapshot as snap
+from rankscope.memory.model import RankMemoryReply
 from rankscope.memory.profiler import active_profiler
-from rankscope.memory.records import AllocationSite, MemorySnapshot
 from rankscope.runtime.probe import progress, register_handler
 
 HISTORY_LIMIT = 400
 """Profiler snapshots sent back at most (thinned evenly), so replies stay small."""
-
-
-@dataclass(frozen=True)
-class RankMemoryReply:
-    """What one rank's probe answers to `memory`."""
-
-    snapshot: MemorySnapshot
-    has_profiler: bool = False
-    history: tuple[MemorySnapshot, ...] = ()
-    """The profiler's snapshots (thinned), when asked with history=True."""
-    leaks: tuple[analysis.LeakFinding, ...] = ()
-    suspects: tuple[AllocationSite, ...] = ()
-    thinned: int = 0
 
 
 def current_memory(*, history: bool = False) -> RankMemoryReply:

@@ -18,7 +18,7 @@ import traceback
 from types import TracebackType
 from typing import Any, Literal
 
-from rankscope.analysis import memory as analysis
+from rankscope.memory import analysis
 from rankscope.memory import snapshot as snap
 
 log = logging.getLogger("rankscope")

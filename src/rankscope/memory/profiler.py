@@ -12,9 +12,9 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from rankscope.analysis import memory as analysis
+from rankscope.memory import analysis
 from rankscope.memory import snapshot as snap
-from rankscope.memory.records import AllocationSite, MemorySnapshot
+from rankscope.memory.model import AllocationSite, MemorySnapshot
 
 log = logging.getLogger("rankscope")
 

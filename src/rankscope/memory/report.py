@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rankscope._version import __version__
-from rankscope.analysis import memory as analysis
-from rankscope.memory.records import METRICS, AllocationSite, MemorySnapshot
+from rankscope.memory import analysis
+from rankscope.memory.model import METRICS, AllocationSite, MemorySnapshot
+from rankscope.units import human_bytes, human_seconds
 
 if TYPE_CHECKING:
     from rankscope.memory.profiler import MemoryProfiler
@@ -135,9 +136,9 @@ def _section_view(s: ProcessSection) -> dict[str, Any]:
             {
                 "title": f.title,
                 "leak": f.leak,
-                "per_step": analysis.human_bytes(f.per_step) if f.points else "-",
-                "per_second": analysis.human_bytes(f.per_second) if f.points else "-",
-                "to_full": analysis.human_seconds(f.seconds_to_full)
+                "per_step": human_bytes(f.per_step) if f.points else "-",
+                "per_second": human_bytes(f.per_second) if f.points else "-",
+                "to_full": human_seconds(f.seconds_to_full)
                 if f.seconds_to_full is not None
                 else "-",
                 "reason": f.reason,
@@ -151,7 +152,7 @@ def _section_view(s: ProcessSection) -> dict[str, Any]:
         "suspects": [
             {
                 "location": a.location,
-                "size_diff": analysis.human_bytes(a.size_diff),
+                "size_diff": human_bytes(a.size_diff),
                 "count_diff": a.count_diff,
                 "line": a.line,
             }
@@ -162,7 +163,7 @@ def _section_view(s: ProcessSection) -> dict[str, Any]:
 
 def _overview_row(s: ProcessSection) -> dict[str, Any]:
     last = s.snapshots[-1] if s.snapshots else None
-    hb = analysis.human_bytes
+    hb = human_bytes
 
     def cuda(attr: str) -> str:
         return hb(getattr(last.cuda, attr)) if last is not None and last.cuda is not None else "-"

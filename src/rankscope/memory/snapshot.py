@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rankscope.memory.records import CudaMemory, MemorySnapshot
+from rankscope.memory.model import CudaMemory, MemorySnapshot
 
 USS_INTERVAL_S = 1.0
 """USS is re-read at most this often (it costs ~1 ms in a process with torch loaded)."""

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from rankscope.analysis.memory import human_bytes
 from rankscope.memory import snapshot as snap
+from rankscope.units import human_bytes
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,75 @@
+"""`rankscope memory`: every rank's host and GPU memory, least headroom first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
+
+if TYPE_CHECKING:
+    from rankscope.memory.collect import JobMemory
+
+app = typer.Typer()
+
+WATCH_INTERVAL_S = 2.0
+
+
+@app.command()
+@handle_errors
+def memory(
+    address: Address = None,
+    job: Job = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Refresh every 2s until Ctrl-C; adds a leak trend.")
+    ] = False,
+    as_json: Json = False,
+) -> None:
+    """Every rank's host and GPU memory, least headroom first, with alerts and leaks."""
+    raise typer.Exit(run_memory(address, job, watch=watch, as_json=as_json, console=out))
+
+
+def run_memory(
+    address: str | None, job: str | None, *, watch: bool, as_json: bool, console: Console
+) -> int:
+    """Exit code 1 when a rank has an alert, a leak or no answer."""
+    from rich.console import Group
+    from rich.live import Live
+
+    from rankscope.cli.output import to_json
+    from rankscope.memory.collect import cluster_memory, watch_views
+    from rankscope.memory.render import render
+
+    if not watch:
+        views = cluster_memory(address, job)
+        if as_json:
+            console.print_json(to_json("memory", [v.view for v in views]))
+        else:
+            for v in views:
+                console.print(render(v.view))
+        return _exit_code(views)
+    if as_json:
+        last = watch_views(
+            address,
+            job,
+            interval_s=WATCH_INTERVAL_S,
+            show=lambda views: console.print(
+                to_json("memory", [v.view for v in views]), soft_wrap=True
+            ),
+        )
+        return _exit_code(last)
+    with Live(console=console, auto_refresh=False) as live:
+        last = watch_views(
+            address,
+            job,
+            interval_s=WATCH_INTERVAL_S,
+            show=lambda views: live.update(Group(*(render(v.view) for v in views)), refresh=True),
+        )
+    return _exit_code(last)
+
+
+def _exit_code(views: Sequence[JobMemory]) -> int:
+    return ExitCode.FINDING if any(v.view.has_findings for v in views) else ExitCode.OK
