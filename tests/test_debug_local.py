@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from rankscope.analysis.debug import (
+from rankscope.debug import post_mortem, registry
+from rankscope.debug.analysis import (
     PortVerdict,
     attach_route,
     check_ports,
@@ -17,7 +18,6 @@ from rankscope.analysis.debug import (
     select_session,
     vscode_launch,
 )
-from rankscope.debug import post_mortem, registry
 from rankscope.debug.client import run_terminal
 from rankscope.debug.model import DebugSession
 from rankscope.debug.tunnel import SocketConnection

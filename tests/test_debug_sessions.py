@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 import rankscope.cli.main as cli
 from conftest import WORKER_NODE_RESOURCE
 from helpers import cluster_address, line_of, run_cli, run_demo, wait_registered
-from rankscope.debug.client import connect, list_sessions, run_terminal
+from rankscope.debug.client import connect, run_terminal
+from rankscope.debug.collect import list_sessions
 from rankscope.debug.model import DebugSession
 from rankscope.runtime.client import HubClient
 from workers import wait_until
@@ -60,8 +61,8 @@ def _wait_session(**match: object) -> DebugSession:
 
 def _terminal(session: DebugSession, lines: list[object]) -> tuple[str, list[str]]:
     """Attach in-process as `debug attach` does; `lines` are typed in order (EOFError = Ctrl-D)."""
-    from rankscope.analysis.debug import attach_route
-    from rankscope.debug.client import here_node_id
+    from rankscope.debug.analysis import attach_route
+    from rankscope.debug.collect import here_node_id
 
     prompts: list[str] = []
     typed = iter(lines)

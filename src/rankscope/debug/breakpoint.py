@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from rankscope.analysis.debug import RankFilter, rank_matches
+from rankscope.debug.analysis import RankFilter, rank_matches
 from rankscope.debug.sync import wait_if_paused
 
 log = logging.getLogger("rankscope")

@@ -1,4 +1,4 @@
-"""The CLI's side of debug sessions: list them cluster-wide, attach a terminal to one."""
+"""The CLI's side of a debug session: a terminal attached to it, or a port forwarded to it."""
 
 from __future__ import annotations
 
@@ -6,83 +6,18 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TextIO
 
-from rankscope.analysis.debug import AttachRoute, select_session
+from rankscope.debug.analysis import AttachRoute
 from rankscope.debug.model import DebugSession
 from rankscope.debug.tunnel import Connection, RelayConnection, SocketConnection
 from rankscope.errors import UserError
-from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import select_jobs
 
-LIST_DEADLINE_S = 3.0
 PROMPTS = ("(Pdb) ", ">>> ", "... ")
 CONSOLE_EOF = "\x04"
 """Sent for Ctrl-D at the `interact` console's prompt: ends the console, not the session."""
 PROMPT_SETTLE_S = 0.1
 """A known prompt followed by this much silence means the session waits for input."""
-
-
-@dataclass(frozen=True)
-class SessionListing:
-    """The open sessions of one job, and the processes that did not answer in time."""
-
-    job_id: str
-    sessions: tuple[DebugSession, ...]
-    unanswered: tuple[str, ...]
-    """Labels of live processes whose probe did not answer in time."""
-    unanswered_probe_ids: tuple[str, ...]
-    dead_probe_ids: tuple[str, ...]
-
-
-def list_sessions(
-    client: HubClient,
-    job: str | None,
-    *,
-    with_token: bool = False,
-    deadline_s: float = LIST_DEADLINE_S,
-) -> list[SessionListing]:
-    """Ask every live probe of the selected jobs for its open sessions."""
-    listings = []
-    for job_id, probes in select_jobs(client.probes(), job).items():
-        live = [p for p in probes if p.state != ProbeState.DEAD]
-        sessions: list[DebugSession] = []
-        missing: list[ProbeStatus] = []
-        if live:
-            result = client.fan_out(
-                "debug_sessions", live, args={"with_token": with_token}, deadline_s=deadline_s
-            )
-            for reply in result.replies:
-                if reply.ok:
-                    sessions.extend(reply.payload)
-            missing = list(result.missing)
-        sessions.sort(key=lambda s: (s.rank is None, s.rank or 0, s.pid, s.since))
-        dead = tuple(p.info.probe_id for p in probes if p.state == ProbeState.DEAD)
-        listings.append(
-            SessionListing(
-                job_id,
-                tuple(sessions),
-                tuple(p.context.label for p in missing),
-                tuple(p.info.probe_id for p in missing),
-                dead,
-            )
-        )
-    return listings
-
-
-def find_session(client: HubClient, session_id: str) -> DebugSession:
-    sessions = [
-        s for listing in list_sessions(client, None, with_token=True) for s in listing.sessions
-    ]
-    return select_session(sessions, session_id)
-
-
-def here_node_id() -> str:
-    import ray
-
-    return str(ray.get_runtime_context().get_node_id())
 
 
 def connect(session: DebugSession, route: AttachRoute) -> Connection:

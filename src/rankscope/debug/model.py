@@ -77,3 +77,15 @@ class DebugSession:
     def public(self) -> DebugSession:
         """The record without its token, for listings."""
         return replace(self, token="")
+
+
+@dataclass(frozen=True)
+class SessionListing:
+    """The open sessions of one job, and the processes that did not answer in time."""
+
+    job_id: str
+    sessions: tuple[DebugSession, ...]
+    unanswered: tuple[str, ...]
+    """Labels of live processes whose probe did not answer in time."""
+    unanswered_probe_ids: tuple[str, ...]
+    dead_probe_ids: tuple[str, ...]

@@ -6,28 +6,24 @@ Live sessions come from the probes; sessions whose process died come from the ru
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 from typing import Any
 
 from rich.console import Console
-from rich.text import Text
 
-from rankscope.analysis.debug import FINDINGS, PortCheck, PortVerdict, check_ports, logged_sessions
+from rankscope.debug.analysis import FINDINGS, LoggedSession, check_ports, logged_sessions
 from rankscope.debug.model import LOOPBACK, DebugSession
+from rankscope.runtime.client import HubClient
 
 CONNECT_TIMEOUT_S = 1.0
-MAX_EVENT_LINES = 100_000
+MAX_LOGGED_EVENTS = 10_000
 
 
 def check_debug_ports(address: str | None, job: str | None, as_json: bool, console: Console) -> int:
     """One line per debug session: reachable, tunnel-only, not listening, or process died."""
-    import ray
-
-    from rankscope.cli.render import to_json
-    from rankscope.debug.client import here_node_id, list_sessions
-    from rankscope.runtime.client import HubClient
+    from rankscope.cli.output import to_json
+    from rankscope.debug.collect import here_node_id, list_sessions
+    from rankscope.debug.render import render_port_checks
 
     client = HubClient.attach(address)
     listings = list_sessions(client, job)
@@ -37,7 +33,7 @@ def check_debug_ports(address: str | None, job: str | None, as_json: bool, conso
     listens = {
         s.id: ok for s, ok in zip(live, _listens_on_nodes(live, here, reachable), strict=True)
     }
-    logged = _logged(client.info().run_dir, [listing.job_id for listing in listings], ray)
+    logged = _logged(client, [listing.job_id for listing in listings])
     checks = check_ports(
         live,
         listens,
@@ -51,18 +47,6 @@ def check_debug_ports(address: str | None, job: str | None, as_json: bool, conso
     else:
         console.print(render_port_checks(checks))
     return 1 if any(c.verdict in FINDINGS for c in checks) else 0
-
-
-def render_port_checks(checks: list[PortCheck]) -> Text:
-    """One line per session: `id  who  pid@node  endpoint  verdict: detail`."""
-    if not checks:
-        return Text("no debug sessions are open, and none was left open by a dead process")
-    text = Text(f"{len(checks)} debug session{'s' if len(checks) > 1 else ''}:", style="bold")
-    for c in checks:
-        text.append(f"\n{c.session_id}  {c.label}  pid {c.pid}@{c.node}  {c.endpoint}  ")
-        text.append(c.verdict.value, style="red" if c.verdict in FINDINGS else "green")
-        text.append(f": {c.detail}")
-    return text
 
 
 def _host_from_here(session: DebugSession, here: str) -> str | None:
@@ -107,35 +91,14 @@ def _listens_on_nodes(
     return results
 
 
-def _read_debug_events(run_dir: str, job_ids: list[str]) -> list[dict[str, Any]]:
-    events = []
-    for job_id in job_ids:
-        path = os.path.join(run_dir, job_id or "no-job", "events.jsonl")
-        try:
-            with open(path, encoding="utf-8") as f:
-                for n, line in enumerate(f):
-                    if n >= MAX_EVENT_LINES:
-                        break
-                    if '"debug_session_' in line:
-                        try:
-                            events.append(json.loads(line))
-                        except ValueError:
-                            continue
-        except OSError:
-            continue
-    return events
-
-
-def _logged(run_dir: str, job_ids: list[str], ray: Any) -> list[Any]:
-    """Sessions the run directory remembers; read on the hub's (head) node."""
-    task: Any = ray.remote(num_cpus=0, resources={"node:__internal_head__": 0.001})(
-        _read_debug_events
-    )
-    try:
-        events = ray.get(task.remote(run_dir, job_ids), timeout=60.0)
-    except Exception:
-        return []
+def _logged(client: HubClient, job_ids: list[str]) -> list[LoggedSession]:
+    """Sessions the run directory remembers, read through the hub (it lives on its node)."""
+    events = [
+        e
+        for job_id in job_ids
+        for e in client.events(job_id, ["debug_session_"], MAX_LOGGED_EVENTS)
+    ]
     return logged_sessions(events)
 
 
-__all__ = ["PortVerdict", "check_debug_ports", "render_port_checks"]
+__all__ = ["check_debug_ports"]

@@ -37,9 +37,9 @@ def inject(worker: Any, step: int) -> None:
 def diagnose(session: DemoSession) -> bool:
     import ray
 
-    from rankscope.analysis.debug import attach_route
-    from rankscope.cli.debug import render_sessions
-    from rankscope.debug.client import here_node_id, list_sessions
+    from rankscope.debug.analysis import attach_route
+    from rankscope.debug.collect import here_node_id, list_sessions
+    from rankscope.debug.render import render_sessions
 
     found: list[Any] = []
 
