@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankscope.analysis.consistency import (
+from rankscope.consistency.analysis import (
     TensorStatus,
     compare,
     estimate_bounds,

@@ -3,7 +3,7 @@
 Importing this package does not import torch; the first call does.
 """
 
-from rankscope.analysis.consistency import (
+from rankscope.consistency.analysis import (
     ConsistencyReport,
     TensorCheck,
     TensorSpread,

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rankscope.analysis.consistency import (
+from rankscope.consistency.analysis import (
     DEFAULT_BUDGET_BYTES,
     ConsistencyReport,
     TensorSpread,

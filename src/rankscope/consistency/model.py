@@ -3,7 +3,7 @@
 Round 1 carries one `Fingerprint` per tensor (shape, dtype, bitwise hash, NaN/Inf counts).
 Only when hashes differ does a later round carry a `Summary` and an exact `Difference` for the
 tensors that differ. Everything here is plain data (no torch), so the comparison in
-`rankscope.analysis.consistency` is tested without torch or Ray.
+`rankscope.consistency.analysis` is tested without torch or Ray.
 """
 
 from __future__ import annotations
