@@ -1,0 +1,113 @@
+"""`rankscope ckpt inspect | diff | convert`: checkpoints without loading tensors.
+
+Exit codes: 0 all well, 1 the checkpoints do not match (diff), 2 bad input. torch and
+transformers are imported only inside commands, so `rankscope --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console, RenderableType
+from rich.text import Text
+
+from rankscope.cli.common import ExitCode, Json, handle_errors
+
+if TYPE_CHECKING:
+    from rankscope.ckpt.analysis import CkptDiff
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+out = Console(highlight=False, soft_wrap=False)
+"""Tables are never wrapped: paths and tensor names stay whole (see `_print`)."""
+
+
+@app.command()
+@handle_errors
+def inspect(
+    path: Annotated[str, typer.Argument(help="A .safetensors/.bin/.pt file, a folder, or *.json.")],
+    as_json: Json = False,
+) -> None:
+    """Tensors, shapes, dtypes, parameters, naming scheme, layers, tied embeddings, TP."""
+    from rankscope.ckpt.api import inspect as inspect_path
+    from rankscope.ckpt.render import render_inspection
+    from rankscope.cli.output import to_json
+
+    result = inspect_path(path)
+    if as_json:
+        out.print_json(to_json("ckpt.inspect", result))
+    else:
+        _print(render_inspection(result))
+
+
+@app.command()
+@handle_errors
+def diff(
+    expected: Annotated[str, typer.Argument(help="What the model wants: a config.json or ckpt.")],
+    actual: Annotated[str, typer.Argument(help="The checkpoint to check.")],
+    as_json: Json = False,
+) -> None:
+    """Missing, unexpected and mismatched tensors, and why. Exit 1 when they differ."""
+    from rankscope.ckpt.api import diff as diff_paths
+    from rankscope.ckpt.render import render_diff
+    from rankscope.cli.output import to_json
+
+    result = diff_paths(expected, actual)
+    if as_json:
+        out.print_json(to_json("ckpt.diff", _diff_json(result)))
+    else:
+        _print(render_diff(result))
+    if not result.matches:
+        raise typer.Exit(ExitCode.FINDING)
+
+
+@app.command()
+@handle_errors
+def convert(
+    direction: Annotated[str, typer.Argument(help="hf-to-mcore or mcore-to-hf.")],
+    input_path: Annotated[str, typer.Option("--input", help="Checkpoint folder to read.")],
+    output_path: Annotated[str, typer.Option("--output", help="New folder to write.")],
+    model_type: Annotated[str, typer.Option("--model-type", help="llama or qwen2.")],
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel shards to write.")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Check the round trip is bit-exact.")
+    ] = False,
+    config: Annotated[
+        str | None, typer.Option("--config", help="config.json, if not in the input folder.")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """HuggingFace Llama/Qwen2 <-> Megatron-core GPT, streamed tensor by tensor."""
+    from rankscope.ckpt.convert import convert as run_convert
+    from rankscope.ckpt.render import render_convert
+    from rankscope.cli.output import to_json
+
+    result = run_convert(
+        direction,
+        input_path,
+        output_path,
+        model_type=model_type,
+        tp=tp,
+        force=force,
+        verify=verify,
+        config_path=config,
+    )
+    if as_json:
+        out.print_json(to_json("ckpt.convert", result))
+    else:
+        _print(render_convert(result))
+
+
+def _print(parts: list[RenderableType]) -> None:
+    """Text lines are never wrapped or cropped (paths and commands stay copyable)."""
+    for part in parts:
+        out.print(part, soft_wrap=isinstance(part, Text))
+
+
+def _diff_json(result: CkptDiff) -> dict[str, Any]:
+    from rankscope.serialize import plain
+
+    data: dict[str, Any] = plain(result)
+    data["matches"] = result.matches
+    return data
