@@ -1,0 +1,26 @@
+"""`rankscope demo`: a small data-parallel job on a local Ray cluster, with a fault to find."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rankscope.cli.common import handle_errors, out
+
+app = typer.Typer()
+
+
+@app.command()
+@handle_errors
+def demo(
+    fault: Annotated[
+        str, typer.Option("--fault", help="Fault to inject (see the demo docs): stall, none, ...")
+    ] = "stall",
+    workers: Annotated[int, typer.Option("--workers", min=2, max=16)] = 4,
+    steps: Annotated[int, typer.Option("--steps", min=1)] = 30,
+) -> None:
+    """Run a small 4-rank data-parallel job on a local Ray cluster and debug it."""
+    from rankscope.demo.run import run_demo
+
+    raise typer.Exit(run_demo(fault=fault, workers=workers, steps=steps, console=out))
