@@ -32,9 +32,10 @@ def inject(worker: Any, step: int) -> None:
 def diagnose(session: DemoSession) -> bool:
     import ray
 
-    from rankscope.analysis import memory as analysis
-    from rankscope.memory.cluster import collect, render
-    from rankscope.memory.records import MemorySnapshot
+    from rankscope.memory import analysis
+    from rankscope.memory.collect import collect
+    from rankscope.memory.model import MemorySnapshot
+    from rankscope.memory.render import render
     from rankscope.memory.report import ProcessSection, write_report
 
     probes = session.ranked_probes()
