@@ -34,3 +34,53 @@ def test_cli_surface_is_frozen():
 def test_root_flags():
     group = typer.main.get_command(cli.app)
     assert {o for p in group.params for o in p.opts} == {"--debug", "--version"}
+
+
+def _commands(group: object) -> list[object]:
+    found = []
+    for command in group.commands.values():  # type: ignore[attr-defined]
+        found.extend(_commands(command) if hasattr(command, "commands") else [command])
+    return found
+
+
+def test_every_command_keeps_the_exit_code_contract():
+    """Every command goes through `handle_errors`: exit 2 for the user, 3 for our bugs."""
+    from rankscope.cli.common import handle_errors
+
+    guard = handle_errors(lambda: None).__code__  # every guarded command runs this code
+
+    def guarded(fn: object) -> bool:
+        while fn is not None:
+            if getattr(fn, "__code__", None) is guard:
+                return True
+            fn = getattr(fn, "__wrapped__", None)
+        return False
+
+    commands = _commands(typer.main.get_command(cli.app))
+    assert len(commands) == 12
+    assert [c.name for c in commands if not guarded(c.callback)] == []  # type: ignore[attr-defined]
+
+
+def test_internal_error_exits_3_and_says_how_to_see_the_traceback():
+    from typer.testing import CliRunner
+
+    from rankscope.cli.common import ExitCode, handle_errors
+    from rankscope.errors import UserError
+
+    app = typer.Typer()
+
+    @app.command()
+    @handle_errors
+    def broken(user: bool = False) -> None:
+        if user:
+            raise UserError("--thing 7: must be even; pass 8")
+        raise KeyError("probe_id")
+
+    internal = CliRunner().invoke(app, [])
+    assert internal.exit_code == ExitCode.INTERNAL == 3
+    assert internal.output.strip() == (
+        "rankscope: internal error: KeyError: 'probe_id' (rerun with --debug for the traceback)"
+    )
+    user = CliRunner().invoke(app, ["--user"])
+    assert user.exit_code == ExitCode.BAD_INPUT == 2
+    assert user.output.strip() == "rankscope: error: --thing 7: must be even; pass 8"

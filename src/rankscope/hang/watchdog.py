@@ -14,8 +14,8 @@ import logging
 import threading
 import time
 
-from rankscope.hang.recorder import collective_recorder
-from rankscope.runtime.probe import Probe, progress
+from rankscope.hang.recorder import collective_recorder, record_when_imported
+from rankscope.runtime.probe import Probe, progress, register_startup
 from rankscope.serialize import plain
 
 log = logging.getLogger("rankscope")
@@ -90,3 +90,12 @@ class Watchdog:
         )
         self.reports.append(path)
         return path
+
+
+@register_startup
+def _start_recording_and_watching(probe: Probe) -> None:
+    """At the light level and above: record collectives and watch for hangs."""
+    if probe.config.level == "off":
+        return
+    record_when_imported()
+    Watchdog(probe).start()
