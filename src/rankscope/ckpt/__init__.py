@@ -5,18 +5,20 @@ Example: `rankscope.ckpt.diff(model, "ckpt/").explanations`.
 
 from __future__ import annotations
 
-from rankscope.ckpt.analysis import (
+from rankscope.ckpt.analysis import diff_manifests, inspect_manifest
+from rankscope.ckpt.api import diff, inspect
+from rankscope.ckpt.convert import ConvertResult, convert
+from rankscope.ckpt.header import read_header
+from rankscope.ckpt.model import (
     CkptDiff,
     Explanation,
     ExplanationKind,
     Inspection,
-    diff_manifests,
-    inspect_manifest,
+    Manifest,
+    ModelDims,
+    SourceKind,
+    TensorInfo,
 )
-from rankscope.ckpt.api import diff, inspect
-from rankscope.ckpt.convert import ConvertResult, convert
-from rankscope.ckpt.header import read_header
-from rankscope.ckpt.model import Manifest, ModelDims, SourceKind, TensorInfo
 from rankscope.ckpt.schemes import Scheme, SchemeInfo, detect_scheme
 
 __all__ = [

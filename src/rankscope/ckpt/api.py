@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rankscope.ckpt.analysis import CkptDiff, Inspection, diff_manifests, inspect_manifest
-from rankscope.ckpt.model import Manifest
+from rankscope.ckpt.analysis import diff_manifests, inspect_manifest
+from rankscope.ckpt.model import CkptDiff, Inspection, Manifest
 from rankscope.ckpt.sources import load_manifest, manifest_of_state_dict
 
 __all__ = ["diff", "inspect", "manifest_of"]

@@ -15,7 +15,7 @@ from rich.text import Text
 from rankscope.cli.common import ExitCode, Json, handle_errors
 
 if TYPE_CHECKING:
-    from rankscope.ckpt.analysis import CkptDiff
+    from rankscope.ckpt.model import CkptDiff
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 out = Console(highlight=False, soft_wrap=False)

@@ -1,7 +1,8 @@
-"""Typed records of what a checkpoint holds, without its tensor data.
+"""Typed records of what a checkpoint holds, without its tensor data, and of what we report.
 
 Every reader (safetensors header, torch file, config.json, live module) produces a `Manifest`;
-analysis and rendering only ever see these dataclasses.
+analysis turns manifests into the records that reach the user (`Inspection`, `CkptDiff` with
+its `Explanation`s), and rendering only ever sees these dataclasses.
 """
 
 from __future__ import annotations
@@ -10,7 +11,22 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["DTYPE_BITS", "Manifest", "ModelDims", "SourceKind", "TensorInfo"]
+from rankscope.ckpt.schemes import SchemeInfo
+
+__all__ = [
+    "DTYPE_BITS",
+    "CkptDiff",
+    "DtypeMismatch",
+    "Explanation",
+    "ExplanationKind",
+    "Inspection",
+    "Manifest",
+    "ModelDims",
+    "ShapeMismatch",
+    "SourceKind",
+    "TensorInfo",
+    "TpEvidence",
+]
 
 DTYPE_BITS: dict[str, int] = {
     "BOOL": 8,
@@ -111,3 +127,103 @@ class Manifest:
     dims: ModelDims | None = None
     tp_size: int | None = None
     """Tensor-parallel size when the layout says so (mp_rank_NN folders, rankscope metadata)."""
+
+
+@dataclass(frozen=True)
+class TpEvidence:
+    """Why we think a checkpoint is one tensor-parallel shard."""
+
+    tp_size: int
+    reason: str
+
+
+@dataclass
+class Inspection:
+    """What `ckpt inspect` reports."""
+
+    source: str
+    kind: SourceKind
+    tensor_count: int
+    total_params: int
+    total_bytes: int
+    dtype_params: dict[str, int]
+    scheme: SchemeInfo
+    tensor_parallel: TpEvidence | None
+    files: int
+    tensors: list[TensorInfo] = field(default_factory=list)
+
+
+class ExplanationKind(str, enum.Enum):
+    """Why expected and actual differ."""
+
+    NAMING_SCHEME = "naming-scheme"
+    """HuggingFace names on one side, Megatron-core names on the other."""
+    PREFIX = "prefix"
+    """The same names under a wrapper prefix (`module.`, `_orig_mod.`, `model.`)."""
+    TENSOR_PARALLEL = "tensor-parallel"
+    """Shapes are the expected ones divided by N along one dimension."""
+    VOCAB = "vocab"
+    """Embedding rows differ: another tokenizer, or vocabulary padding."""
+    FUSED_SPLIT = "fused-split"
+    """Fused tensors (qkv, gate_up) on one side, split ones on the other."""
+    LAYER_COUNT = "layer-count"
+    """Another number of layers: a pipeline stage, or a config for another size."""
+    TIED_EMBEDDINGS = "tied-embeddings"
+    """One side ties the output layer to the embeddings, the other does not."""
+    RENAMED = "renamed"
+    """A missing and an unexpected tensor with the same shape: probably renamed."""
+    DROPPED = "dropped"
+    """Expected tensors that are not there under any name."""
+    EXTRA = "extra"
+    """Tensors the expected side does not have."""
+    SHAPE = "shape"
+    """Other shape mismatches."""
+    DTYPE = "dtype"
+    """Same tensors stored in another dtype."""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One cause, the keys it covers (a few quoted) and what to do."""
+
+    kind: ExplanationKind
+    message: str
+    fix: str | None
+    count: int
+    examples: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ShapeMismatch:
+    name: str
+    expected: tuple[int, ...]
+    actual: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DtypeMismatch:
+    name: str
+    expected: str
+    actual: str
+
+
+@dataclass
+class CkptDiff:
+    """What `ckpt diff` reports; `matches` is False when the checkpoint would not load."""
+
+    expected: str
+    actual: str
+    expected_scheme: SchemeInfo
+    actual_scheme: SchemeInfo
+    matched: int
+    missing: list[str]
+    unexpected: list[str]
+    shape_mismatches: list[ShapeMismatch]
+    dtype_mismatches: list[DtypeMismatch]
+    explanations: list[Explanation]
+
+    @property
+    def matches(self) -> bool:
+        return not (
+            self.missing or self.unexpected or self.shape_mismatches or self.dtype_mismatches
+        )

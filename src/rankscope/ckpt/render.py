@@ -8,8 +8,8 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rankscope.ckpt.analysis import CkptDiff, Inspection
 from rankscope.ckpt.convert import ConvertResult
+from rankscope.ckpt.model import CkptDiff, Inspection
 from rankscope.units import human_bytes, human_count
 
 __all__ = ["render_convert", "render_diff", "render_inspection"]
