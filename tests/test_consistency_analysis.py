@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rankscope.consistency.analysis import (
-    TensorStatus,
     compare,
     estimate_bounds,
     plan_differences,
@@ -14,6 +13,7 @@ from rankscope.consistency.model import (
     RankDetails,
     RankFingerprints,
     Summary,
+    TensorStatus,
 )
 
 

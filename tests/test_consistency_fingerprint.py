@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rankscope.consistency import cpu_hash
+from rankscope.consistency import cpu_hash, torch_hash
 from rankscope.consistency import fingerprint as fpmod
 from rankscope.consistency.fingerprint import (
     difference,
@@ -46,8 +46,8 @@ def path(request, monkeypatch):
 
 def torch_ops_hash(t: torch.Tensor) -> int:
     """The hash as the torch-ops path computes it, chunk by chunk (what a GPU rank does)."""
-    scan = fpmod._scan(fpmod._flat(t))
-    return int(fpmod._avalanche(fpmod.np.array([int(scan.hash) & (2**64 - 1)]))[0])
+    scan = torch_hash._scan(fpmod._flat(t))
+    return int(torch_hash._avalanche(torch_hash.np.array([int(scan.hash) & (2**64 - 1)]))[0])
 
 
 def one_hash(t: torch.Tensor) -> int:
@@ -115,12 +115,12 @@ def test_small_tensors_batched_hash_like_the_chunked_path():
     for n in (1, 7, 1020, 1021, 1022, 5000, 1021 * 16):
         for dtype in (torch.float32, torch.bfloat16, torch.uint8, torch.float64):
             flat = fpmod._flat(sample(dtype, n))
-            hashes, probes = fpmod._Results(), fpmod._Results()
-            fpmod._hash_batch([0], [flat], hashes, probes)
-            assert hashes.items()[0][1] == int(fpmod._scan(flat).hash), (n, dtype)
+            hashes, probes = torch_hash._Results(), torch_hash._Results()
+            torch_hash._hash_batch([0], [flat], hashes, probes)
+            assert hashes.items()[0][1] == int(torch_hash._scan(flat).hash), (n, dtype)
 
 
-CHUNK = fpmod.CHUNK_WORDS * 8
+CHUNK = torch_hash.CHUNK_WORDS * 8
 
 
 @pytest.mark.parametrize("dtype", [*DTYPES[:-1], torch.complex128], ids=str)
@@ -189,7 +189,7 @@ def test_gpu_sized_chunks_give_the_same_hash(monkeypatch):
     """CUDA scans in bigger chunks; the hash is defined so that it does not change."""
     x = torch.randn(1021 * 128 * 40 + 3)
     expected = torch_ops_hash(x)
-    monkeypatch.setattr(fpmod, "_CPU_CHUNK_BYTES", fpmod._CUDA_CHUNK_BYTES)
+    monkeypatch.setattr(torch_hash, "_CPU_CHUNK_BYTES", torch_hash._CUDA_CHUNK_BYTES)
     assert torch_ops_hash(x) == expected == one_hash(x)
 
 

@@ -2,7 +2,7 @@
 
 Eager PyTorch needs two passes over a tensor (an int64 reduction for the checksum, a float
 reduction to notice NaN/Inf) and its column reduction over 1021-word rows runs well below
-memory speed. This kernel computes the very same checksum as `fingerprint._scan` (so CPU and
+memory speed. This kernel computes the very same checksum as `torch_hash._scan` (so CPU and
 GPU ranks agree) and, in the same loop, a probe of the floating-point exponent bits: for each
 element `(bits & exponent) + lowest exponent bit` carries into the sign bit exactly when the
 exponent is all ones (NaN or Inf), so OR-ing those sums over the tensor says whether to count.
@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from rankscope.consistency.torch_hash import CHUNK_WORDS, column_weights
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,6 @@ def hash_tensors(tensors: Sequence[torch.Tensor]) -> tuple[np.ndarray, np.ndarra
     the kernel reads its memory in place. The work is cut into runs of whole chunks spread over
     as many threads as torch uses, since one core cannot read memory as fast as several.
     """
-    from rankscope.consistency.fingerprint import CHUNK_WORDS
-
     kernels = _kernels()
     assert kernels is not None
     probes = [PROBES[t.dtype] for t in tensors]
@@ -184,6 +184,4 @@ def _balanced(weights: np.ndarray, parts: int) -> list[tuple[int, int]]:
 
 @cache
 def _columns() -> np.ndarray:
-    from rankscope.consistency import fingerprint
-
-    return fingerprint.column_weights().numpy().view(np.uint64)
+    return column_weights().numpy().view(np.uint64)

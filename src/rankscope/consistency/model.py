@@ -3,13 +3,45 @@
 Round 1 carries one `Fingerprint` per tensor (shape, dtype, bitwise hash, NaN/Inf counts).
 Only when hashes differ does a later round carry a `Summary` and an exact `Difference` for the
 tensors that differ. Everything here is plain data (no torch), so the comparison in
-`rankscope.consistency.analysis` is tested without torch or Ray.
+`rankscope.consistency.analysis` is tested without torch or Ray. The enums a check reports
+(`TensorStatus`, `Layout`) are here too, below both `analysis` and `render`, which use them.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
+
+
+class TensorStatus(enum.Enum):
+    """How one tensor compares across the ranks."""
+
+    CONSISTENT = "consistent"
+    """Bitwise equal on every rank."""
+    CLOSE = "close"
+    """Not bitwise equal, but every element within the tolerance of the reference."""
+    MISMATCH = "mismatch"
+    """Some element differs from the reference by more than the tolerance."""
+    SHAPE_MISMATCH = "shape-mismatch"
+    """The shapes differ across ranks: values are not compared."""
+    DTYPE_MISMATCH = "dtype-mismatch"
+    """The dtypes differ across ranks: values are not compared."""
+    MISSING = "missing"
+    """Some ranks do not have this tensor at all."""
+
+
+class Layout(enum.Enum):
+    """How one tensor is spread over the ranks."""
+
+    REPLICATED = "replicated"
+    """Bitwise equal on every rank."""
+    SHARDED = "sharded"
+    """Shapes differ across ranks: each holds a piece."""
+    DIVERGENT = "divergent"
+    """Same shape and dtype everywhere, different values: shards of equal size, or drift."""
+    SINGLE = "single"
+    """Only one rank took part."""
 
 
 @dataclass(slots=True)

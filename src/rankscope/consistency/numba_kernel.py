@@ -2,7 +2,7 @@
 
 Type-checked by numba when compiled, not by mypy (see pyproject).
 
-`scan` is `fingerprint._scan`'s checksum written as one loop over a tensor's memory, read in
+`scan` is `torch_hash._scan`'s checksum written as one loop over a tensor's memory, read in
 place through its address, plus the exponent probe described in `cpu_hash`.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from rankscope.consistency.fingerprint import CHUNK_ADD, CHUNK_MUL, CHUNK_WORDS, COLS
+from rankscope.consistency.torch_hash import CHUNK_ADD, CHUNK_MUL, CHUNK_WORDS, COLS
 
 _MUL = np.uint64(CHUNK_MUL)
 _ADD = np.uint64(CHUNK_ADD)
