@@ -46,8 +46,8 @@ def path(request, monkeypatch):
 
 def torch_ops_hash(t: torch.Tensor) -> int:
     """The hash as the torch-ops path computes it, chunk by chunk (what a GPU rank does)."""
-    scan = torch_hash._scan(fpmod._flat(t))
-    return int(torch_hash._avalanche(torch_hash.np.array([int(scan.hash) & (2**64 - 1)]))[0])
+    scan = torch_hash.scan_tensor(fpmod._flat(t))
+    return int(torch_hash.avalanche(torch_hash.np.array([int(scan.hash) & (2**64 - 1)]))[0])
 
 
 def one_hash(t: torch.Tensor) -> int:
@@ -115,9 +115,9 @@ def test_small_tensors_batched_hash_like_the_chunked_path():
     for n in (1, 7, 1020, 1021, 1022, 5000, 1021 * 16):
         for dtype in (torch.float32, torch.bfloat16, torch.uint8, torch.float64):
             flat = fpmod._flat(sample(dtype, n))
-            hashes, probes = torch_hash._Results(), torch_hash._Results()
-            torch_hash._hash_batch([0], [flat], hashes, probes)
-            assert hashes.items()[0][1] == int(torch_hash._scan(flat).hash), (n, dtype)
+            hashes, probes = torch_hash.Results(), torch_hash.Results()
+            torch_hash.hash_batch([0], [flat], hashes, probes)
+            assert hashes.items()[0][1] == int(torch_hash.scan_tensor(flat).hash), (n, dtype)
 
 
 CHUNK = torch_hash.CHUNK_WORDS * 8

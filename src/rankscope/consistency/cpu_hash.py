@@ -2,7 +2,7 @@
 
 Eager PyTorch needs two passes over a tensor (an int64 reduction for the checksum, a float
 reduction to notice NaN/Inf) and its column reduction over 1021-word rows runs well below
-memory speed. This kernel computes the very same checksum as `torch_hash._scan` (so CPU and
+memory speed. This kernel computes the very same checksum as `torch_hash.scan_tensor` (so CPU and
 GPU ranks agree) and, in the same loop, a probe of the floating-point exponent bits: for each
 element `(bits & exponent) + lowest exponent bit` carries into the sign bit exactly when the
 exponent is all ones (NaN or Inf), so OR-ing those sums over the tensor says whether to count.

@@ -19,17 +19,17 @@ import torch
 from rankscope.consistency import cpu_hash
 from rankscope.consistency.model import Difference, Fingerprint, Summary, TensorStats
 from rankscope.consistency.torch_hash import (
-    _FLOATS,
-    _INTEGERS,
-    _MASK,
-    _SMALL_WORDS,
-    _avalanche,
-    _batches,
-    _hash_batch,
-    _padded_words,
-    _Results,
-    _scan,
-    _stat_view,
+    FLOATS,
+    INTEGERS,
+    MASK,
+    SMALL_WORDS,
+    Results,
+    avalanche,
+    hash_batch,
+    padded_words,
+    scan_tensor,
+    small_batches,
+    stat_view,
 )
 
 
@@ -62,25 +62,25 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
             on_device.setdefault(devices[i], []).append(i)
     if on_host:
         checksums[on_host], suspects[on_host] = cpu_hash.hash_tensors([tensors[i] for i in on_host])
-    hashes, probes = _Results(), _Results()
+    hashes, probes = Results(), Results()
     for device, indices in on_device.items():
         small = []
         for i in indices:
             tensors[i] = _flat(tensors[i])
-            if _padded_words(tensors[i]) <= _SMALL_WORDS:
+            if padded_words(tensors[i]) <= SMALL_WORDS:
                 small.append(i)
             else:
-                scan = _scan(tensors[i])
+                scan = scan_tensor(tensors[i])
                 hashes.add([i], scan.hash.view(1))
                 probes.add([i], scan.probe.view(1))
-        for batch in _batches(small, tensors, device):
-            _hash_batch(batch, tensors, hashes, probes)
+        for batch in small_batches(small, tensors, device):
+            hash_batch(batch, tensors, hashes, probes)
     for i, value in hashes.items():
-        checksums[i] = value & _MASK
+        checksums[i] = value & MASK
     for i, value in probes.items():
         suspects[i] = not math.isfinite(value)
     counts = _nonfinite_counts(tensors, suspects.tolist())
-    mixed = _avalanche(checksums).tolist()
+    mixed = avalanche(checksums).tolist()
     return [
         Fingerprint(
             name, tuple(t.shape), dtype_name(t.dtype), mixed[i], *counts.get(i, (0, 0)), devices[i]
@@ -92,7 +92,7 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
 def summarize_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> dict[str, Summary]:
     """Sum, sum of squares, min, max and NaN/Inf counts of each tensor, computed in place."""
     flats = [_flat(t) for _, t in items]
-    stats = _Results()
+    stats = Results()
     for i, flat in enumerate(flats):
         stats.add([i], _summary(flat).view(1, 4))
     rows = stats.rows(len(items))
@@ -172,11 +172,11 @@ def describe(tensor: torch.Tensor, rank: int) -> TensorStats:
 def _summary(flat: torch.Tensor) -> torch.Tensor:
     """(4,) float64 on the device: sum, sum of squares, min, max (NaN min/max when empty)."""
     f64 = torch.float64
-    values, acc = _stat_view(flat)
+    values, acc = stat_view(flat)
     if values is None or acc is None or values.numel() == 0:
         nan = math.nan
         return torch.tensor([0.0, 0.0, nan, nan], dtype=f64, device=flat.device)
-    if values.dtype not in _FLOATS and values.dtype not in _INTEGERS:
+    if values.dtype not in FLOATS and values.dtype not in INTEGERS:
         values = values.to(acc)
     norm = (
         torch.linalg.vector_norm(values.double())
@@ -236,7 +236,7 @@ def _nonfinite_counts(
     flats: list[torch.Tensor], suspects: list[bool]
 ) -> dict[int, tuple[int, int]]:
     """NaN and Inf counts, counted only where a cheaper probe saw a NaN or Inf."""
-    counts = _Results()
+    counts = Results()
     for i, (t, suspect) in enumerate(zip(flats, suspects, strict=True)):
         if suspect and (t.is_floating_point() or t.is_complex()):
             counts.add([i], torch.stack([t.isnan().sum(), t.isinf().sum()]).view(1, 2))

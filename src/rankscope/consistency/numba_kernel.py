@@ -2,7 +2,7 @@
 
 Type-checked by numba when compiled, not by mypy (see pyproject).
 
-`scan` is `torch_hash._scan`'s checksum written as one loop over a tensor's memory, read in
+`scan` is `torch_hash.scan_tensor`'s checksum written as one loop over a tensor's memory, read in
 place through its address, plus the exponent probe described in `cpu_hash`.
 """
 

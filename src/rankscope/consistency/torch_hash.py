@@ -12,7 +12,7 @@ single word, swaps of words that are not a multiple of `COLS` apart, and the lik
 device (and on the CPU without numba). Their chunks are about 1 MiB on the CPU, so that the
 float sum that probes for NaN/Inf reads the chunk from the cache; on a GPU they are larger to
 keep launches few. Every result stays on the device until one transfer per device at the end
-(`_Results`).
+(`Results`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,24 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["CHUNK_ADD", "CHUNK_MUL", "CHUNK_WORDS", "COLS", "column_weights"]
+__all__ = [
+    "CHUNK_ADD",
+    "CHUNK_MUL",
+    "CHUNK_WORDS",
+    "COLS",
+    "FLOATS",
+    "INTEGERS",
+    "MASK",
+    "SMALL_WORDS",
+    "Results",
+    "avalanche",
+    "column_weights",
+    "hash_batch",
+    "padded_words",
+    "scan_tensor",
+    "small_batches",
+    "stat_view",
+]
 
 COLS = 1021
 CHUNK_WORDS = COLS * 128
@@ -33,24 +50,24 @@ CHUNK_MUL = 0x9E3779B97F4A7C15
 CHUNK_ADD = 0x632BE59BD9B4E019
 _CPU_CHUNK_BYTES = 8 * CHUNK_WORDS
 _CUDA_CHUNK_BYTES = 8 * COLS * 4096
-_MASK = (1 << 64) - 1
+MASK = (1 << 64) - 1
 _SEED = 0x5EED_C0DE
 
-_FLOATS = {
+FLOATS = {
     torch.float16: torch.float32,
     torch.bfloat16: torch.float32,
     torch.float32: torch.float32,
 }
-_FLOATS[torch.float64] = torch.float64
-_INTEGERS = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool}
+FLOATS[torch.float64] = torch.float64
+INTEGERS = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool}
 
 
 # ---------------------------------------------------------------------------------- scanning
 # The hash of a tensor: its bytes, zero-padded to whole int64 words x_0..x_{n-1}, give
-#   sum_j x_j * w[j % COLS] * u[j // CHUNK_WORDS]   (mod 2**64), then `_avalanche`.
+#   sum_j x_j * w[j % COLS] * u[j // CHUNK_WORDS]   (mod 2**64), then `avalanche`.
 # With torch ops large tensors compute it chunk by chunk (column sums, then weights), small
 # ones in batches (one `index_add_` of their rows); CPU tensors go through `cpu_hash`.
-_SMALL_WORDS = 16 * COLS
+SMALL_WORDS = 16 * COLS
 """Tensors up to this many words (128 KiB) are hashed in batches."""
 _BATCH_WORDS = {"cpu": 2 * CHUNK_WORDS, "cuda": 64 * CHUNK_WORDS}
 """Words hashed in one batch of small tensors (a few copies of it are made)."""
@@ -59,12 +76,12 @@ _BATCH_WORDS = {"cpu": 2 * CHUNK_WORDS, "cuda": 64 * CHUNK_WORDS}
 @dataclass(frozen=True)
 class _Scan:
     hash: torch.Tensor
-    """0-d int64 on the tensor's device (before `_avalanche`)."""
+    """0-d int64 on the tensor's device (before `avalanche`)."""
     probe: torch.Tensor
     """0-d float64: the float sum, NaN or Inf when an element is (0 for integers)."""
 
 
-def _scan(flat: torch.Tensor) -> _Scan:
+def scan_tensor(flat: torch.Tensor) -> _Scan:
     """Hash of one tensor with torch ops on its device, chunk by chunk.
 
     Each chunk's float sum (the NaN/Inf probe) follows its hash while the chunk is in cache.
@@ -97,7 +114,7 @@ def _scan(flat: torch.Tensor) -> _Scan:
             colsums.append(colsum.view(1, COLS))
         if values is not None and acc is not None:
             v = values[i * step_values : (i + 1) * step_values]
-            sums.append(v.sum(dtype=acc) if v.dtype in _FLOATS else v.to(acc).sum())
+            sums.append(v.sum(dtype=acc) if v.dtype in FLOATS else v.to(acc).sum())
     sums_by_chunk = torch.cat(colsums) if colsums else consts.columns[:0].view(0, COLS)
     h = ((sums_by_chunk * consts.columns).sum(1) * consts.chunks(sums_by_chunk.shape[0])).sum()
     probe = torch.stack(sums).to(torch.float64).sum() if sums else consts.zero
@@ -106,19 +123,19 @@ def _scan(flat: torch.Tensor) -> _Scan:
 
 def _probe_view(flat: torch.Tensor) -> tuple[torch.Tensor | None, torch.dtype | None]:
     """What the NaN/Inf probe sums over: floats only (integers have no NaN or Inf)."""
-    values, acc = _stat_view(flat)
+    values, acc = stat_view(flat)
     if values is None or acc is None or acc == torch.int64:
         return None, None
     return values, acc
 
 
-def _hash_batch(
-    batch: list[int], flats: list[torch.Tensor], hashes: _Results, probes: _Results
+def hash_batch(
+    batch: list[int], flats: list[torch.Tensor], hashes: Results, probes: Results
 ) -> None:
     """Hashes of many small tensors on one device with a few ops for the whole batch.
 
     Each tensor's words are zero-padded to whole rows of `COLS`; one `index_add_` sums the
-    rows of each tensor into its column sums, which is exactly `_scan`'s single chunk.
+    rows of each tensor into its column sums, which is exactly `scan_tensor`'s single chunk.
     """
     device = flats[batch[0]].device
     consts = _constants(device)
@@ -150,21 +167,21 @@ def _hash_batch(
     colsums.index_add_(0, owner, buf)
     hashes.add(batch, (colsums * consts.columns).sum(1) * consts.chunks(1))
     for dtype, (start, end, members) in regions.items():
-        values, acc = _stat_view(buf[start:end].reshape(-1).view(dtype))
+        values, acc = stat_view(buf[start:end].reshape(-1).view(dtype))
         if values is None or acc is None or acc == torch.int64:
             continue
-        if values.dtype not in _FLOATS:
+        if values.dtype not in FLOATS:
             values = values.to(acc)
         probes.add(members, values.sum(dtype=acc).to(torch.float64).expand(len(members)))
 
 
-def _batches(indices: list[int], flats: list[torch.Tensor], device: str) -> list[list[int]]:
+def small_batches(indices: list[int], flats: list[torch.Tensor], device: str) -> list[list[int]]:
     """Groups of small tensors whose words together stay under the batch size."""
     limit = _BATCH_WORDS["cpu" if device == "cpu" else "cuda"]
     out: list[list[int]] = []
     total = 0
     for i in indices:
-        words = _padded_words(flats[i])
+        words = padded_words(flats[i])
         if not out or total + words > limit:
             out.append([])
             total = 0
@@ -173,7 +190,7 @@ def _batches(indices: list[int], flats: list[torch.Tensor], device: str) -> list
     return out
 
 
-def _padded_words(flat: torch.Tensor) -> int:
+def padded_words(flat: torch.Tensor) -> int:
     return -(-flat.numel() * flat.element_size() // 8)
 
 
@@ -192,17 +209,17 @@ def _words(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return raw[:whole].view(torch.int64), raw[whole:]
 
 
-def _stat_view(flat: torch.Tensor) -> tuple[torch.Tensor | None, torch.dtype | None]:
+def stat_view(flat: torch.Tensor) -> tuple[torch.Tensor | None, torch.dtype | None]:
     """What the numeric summaries reduce over, and the accumulation dtype."""
-    if flat.dtype in _FLOATS:
-        return flat, _FLOATS[flat.dtype]
+    if flat.dtype in FLOATS:
+        return flat, FLOATS[flat.dtype]
     if flat.dtype == torch.bool:
         return flat.view(torch.uint8), torch.int64
-    if flat.dtype in _INTEGERS:
+    if flat.dtype in INTEGERS:
         return flat, torch.int64
     if flat.is_complex():
         real = torch.view_as_real(flat).reshape(-1)
-        return real, _FLOATS.get(real.dtype, torch.float32)
+        return real, FLOATS.get(real.dtype, torch.float32)
     if flat.is_floating_point():  # float8 and friends: upcast chunk by chunk
         return flat, torch.float32
     return None, None
@@ -234,7 +251,7 @@ class _Constants:
 
 def _chunk_weight(i: int) -> int:
     """The odd weight of base chunk `i` (`numba_kernel` computes the same inline)."""
-    return ((i * CHUNK_MUL + CHUNK_ADD) | 1) & _MASK
+    return ((i * CHUNK_MUL + CHUNK_ADD) | 1) & MASK
 
 
 _CONSTANTS: dict[str, _Constants] = {}
@@ -248,11 +265,11 @@ def _constants(device: torch.device) -> _Constants:
 
 
 def _signed(value: int) -> int:
-    value &= _MASK
+    value &= MASK
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _avalanche(checksums: np.ndarray) -> np.ndarray:
+def avalanche(checksums: np.ndarray) -> np.ndarray:
     """Spread the checksums' bits (uint64, on the host, after the one transfer)."""
     h = checksums.astype(np.uint64)
     h ^= h >> np.uint64(33)
@@ -263,7 +280,7 @@ def _avalanche(checksums: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------- device -> host
-class _Results:
+class Results:
     """Values left on their devices until one transfer per device."""
 
     def __init__(self) -> None:
