@@ -1,0 +1,102 @@
+"""Per-probe command mailboxes, and the replies a fan-out waits for.
+
+Probes long-poll the hub, so a command cannot be pushed to a probe: it waits in that probe's
+mailbox until the next poll takes it. Each mailbox is bounded, so a probe that stopped polling
+cannot grow the hub without limit: the oldest command goes, and is counted. A fan-out waits on
+one future per command it posted; the probe's reply resolves it, and a reply that comes after
+the deadline finds nothing left to resolve and is ignored.
+
+No Ray here: the actor owns the event loop and the remote methods; these are the data it keeps,
+readable (and testable) without a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankscope.runtime.protocol import Command, CommandResult
+
+__all__ = ["Mailbox", "PendingReplies"]
+
+
+@dataclass
+class Mailbox:
+    """The commands waiting for one probe's next poll, at most `capacity` of them."""
+
+    capacity: int
+    commands: collections.deque[Command] = field(default_factory=collections.deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a command is posted, so a poll waiting on an empty mailbox returns at once."""
+    dropped: int = 0
+    """Commands pushed out, oldest first, because the probe did not poll them in time."""
+
+    def post(self, command: Command) -> None:
+        """Queue `command`, dropping (and counting) the oldest when the mailbox is full."""
+        if len(self.commands) >= self.capacity:
+            self.commands.popleft()
+            self.dropped += 1
+        self.commands.append(command)
+        self.wakeup.set()
+
+    async def wait(self, timeout: float) -> None:
+        """Return at once when commands wait, else when one is posted or after `timeout`."""
+        if not self.commands:
+            self.wakeup.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.wakeup.wait(), timeout=timeout)
+
+    def take(self) -> tuple[Command, ...]:
+        """Every waiting command, oldest first; the mailbox is empty afterwards."""
+        commands = tuple(self.commands)
+        self.commands.clear()
+        return commands
+
+
+class PendingReplies:
+    """The futures of commands posted and not yet answered, keyed by command id."""
+
+    def __init__(self) -> None:
+        self._futures: dict[str, asyncio.Future[CommandResult]] = {}
+
+    def resolve(self, command_id: str, result: CommandResult) -> None:
+        """A probe's answer; ignored when nobody waits for it any more (past the deadline)."""
+        future = self._futures.get(command_id)
+        if future is not None and not future.done():
+            future.set_result(result)
+
+    async def ask(
+        self,
+        targets: Sequence[tuple[str, Mailbox]],
+        kind: str,
+        args: dict[str, Any] | None,
+        deadline: float,
+    ) -> dict[str, CommandResult]:
+        """Post one `kind` command to each (probe id, mailbox); the replies in by `deadline`.
+
+        The answers come keyed by probe id, in the order of `targets`; a probe missing from
+        them did not answer in time. Nothing is kept once this returns.
+        """
+        futures: dict[str, asyncio.Future[CommandResult]] = {}
+        command_ids: list[str] = []
+        loop = asyncio.get_running_loop()
+        for probe_id, mailbox in targets:
+            command = Command(id=uuid.uuid4().hex, kind=kind, args=dict(args or {}))
+            mailbox.post(command)
+            command_ids.append(command.id)
+            futures[probe_id] = self._futures[command.id] = loop.create_future()
+        try:
+            if futures:
+                await asyncio.wait(futures.values(), timeout=deadline)
+        finally:
+            self._forget(command_ids)
+        return {probe_id: f.result() for probe_id, f in futures.items() if f.done()}
+
+    def _forget(self, command_ids: Iterable[str]) -> None:
+        for command_id in command_ids:
+            self._futures.pop(command_id, None)

@@ -1,0 +1,140 @@
+"""The hub's registry of probes, and the rules that turn a probe's silence into a state.
+
+Probes are kept per job, so several jobs on one cluster never mix. A probe that misses its
+heartbeats is not simply declared dead: the hub asks the probe's own node whether that very
+process still exists (see `liveness`), and only a process proven gone is dead; one still there
+is unresponsive (GIL held, stopped, swapping). Dead probes stay, so a finished job can still be
+inspected, up to `MAX_DEAD_RECORDS`; the oldest go first.
+
+No Ray here: the actor drives the clock and the checks; this module holds the records and
+decides, so the rules read (and can be tested) without a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankscope.runtime.mailbox import Mailbox
+from rankscope.runtime.protocol import (
+    PollRequest,
+    ProbeInfo,
+    ProbeState,
+    ProbeStatus,
+    Progress,
+)
+
+__all__ = ["MAX_DEAD_RECORDS", "ProbeRecord", "Registry"]
+
+MAX_DEAD_RECORDS = 10_000
+"""Dead probes kept so a finished job can still be inspected; the oldest go first."""
+
+
+@dataclass
+class ProbeRecord:
+    """What the hub knows about one probe, and the commands waiting for it."""
+
+    info: ProbeInfo
+    registered_at: float
+    last_seen: float
+    progress: Progress
+    mailbox: Mailbox
+    state: ProbeState = ProbeState.ALIVE
+    dropped_events: int = 0
+    summaries: dict[str, Any] = field(default_factory=dict)
+    checking: bool = False
+    """A liveness check of this probe's process is under way; no second one is started."""
+
+    def heard_from(self, request: PollRequest, now: float) -> None:
+        """A heartbeat: the probe is alive, and this is its latest progress and summaries."""
+        self.last_seen = now
+        self.state = ProbeState.ALIVE
+        self.progress = request.progress
+        self.dropped_events = request.dropped_events
+        self.summaries = request.summaries
+
+    def settle(self, process_exists: bool, now: float, dead_after: float) -> None:
+        """After a liveness check: still silent means dead when the process is gone, else
+        unresponsive; a heartbeat that came meanwhile wins."""
+        if now - self.last_seen > dead_after:
+            self.state = ProbeState.UNRESPONSIVE if process_exists else ProbeState.DEAD
+
+    def status(self) -> ProbeStatus:
+        return ProbeStatus(
+            info=self.info,
+            state=self.state,
+            registered_at=self.registered_at,
+            last_seen=self.last_seen,
+            progress=self.progress,
+            dropped_events=self.dropped_events,
+            dropped_commands=self.mailbox.dropped,
+            summaries=self.summaries,
+        )
+
+
+class Registry:
+    """Every probe the hub knows, by job and probe id."""
+
+    def __init__(self, mailbox_size: int) -> None:
+        self._mailbox_size = mailbox_size
+        self._jobs: dict[str, dict[str, ProbeRecord]] = {}
+
+    def register(self, info: ProbeInfo, progress: Progress, now: float) -> None:
+        """Add a probe, or refresh it (alive again, same mailbox and counters) when known."""
+        probes = self._jobs.setdefault(info.context.job_id, {})
+        record = probes.get(info.probe_id)
+        if record is None:
+            probes[info.probe_id] = ProbeRecord(
+                info, now, now, progress, Mailbox(self._mailbox_size)
+            )
+        else:
+            record.info, record.last_seen, record.progress = info, now, progress
+            record.state = ProbeState.ALIVE
+
+    def find(self, probe_id: str) -> ProbeRecord | None:
+        for probes in self._jobs.values():
+            if probe_id in probes:
+                return probes[probe_id]
+        return None
+
+    def records(self, job_id: str | None) -> list[ProbeRecord]:
+        """The job's probes, or every job's when `job_id` is None."""
+        if job_id is not None:
+            return list(self._jobs.get(job_id, {}).values())
+        return [r for probes in self._jobs.values() for r in probes.values()]
+
+    def targets(self, job_id: str | None, probe_ids: list[str] | None) -> list[ProbeRecord]:
+        """The probes a command goes to: not dead, and among `probe_ids` when given."""
+        wanted = None if probe_ids is None else set(probe_ids)
+        return [
+            r
+            for r in self.records(job_id)
+            if r.state != ProbeState.DEAD and (wanted is None or r.info.probe_id in wanted)
+        ]
+
+    def job_ids(self) -> tuple[str, ...]:
+        return tuple(self._jobs)
+
+    def to_check(self, now: float, dead_after: float) -> list[ProbeRecord]:
+        """Probes silent for over `dead_after`, not dead and not being checked yet.
+
+        Each one returned is marked as being checked; the caller clears `checking` when done.
+        """
+        found = []
+        for record in self.records(None):
+            silent = now - record.last_seen > dead_after
+            if silent and record.state != ProbeState.DEAD and not record.checking:
+                record.checking = True
+                found.append(record)
+        return found
+
+    def forget_oldest_dead(self, keep: int = MAX_DEAD_RECORDS) -> None:
+        """Drop dead probes beyond `keep`, those silent the longest first."""
+        dead = [
+            (r.last_seen, job, r.info.probe_id)
+            for job, probes in self._jobs.items()
+            for r in probes.values()
+            if r.state == ProbeState.DEAD
+        ]
+        for _, job, probe_id in sorted(dead)[: max(0, len(dead) - keep)]:
+            del self._jobs[job][probe_id]

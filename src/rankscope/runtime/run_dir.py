@@ -1,0 +1,127 @@
+"""The run directory: where the hub keeps each job's events and artifacts, and how.
+
+Events from probes go through a bounded queue (a slow disk must not stall heartbeats: what does
+not fit is counted, not kept) and are appended in batches to `<run_dir>/<job>/events.jsonl`;
+reads look back from the end of that file. Artifacts (reports) are written to a temporary name
+and renamed, so a reader never sees half a file. File work runs in threads, off the hub's loop.
+
+No Ray here beyond asking the Ray session where its directory is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from typing import Any
+
+from rankscope.config import Config
+from rankscope.runtime.protocol import Event
+
+__all__ = [
+    "EVENT_SCAN_BYTES",
+    "EventSink",
+    "append_events",
+    "choose_run_dir",
+    "tail_events",
+    "write_atomically",
+]
+
+EVENT_SCAN_BYTES = 64 << 20
+"""How far back from the end of events.jsonl a read looks for matching events."""
+WRITE_BATCH = 1000
+"""Events written per append at most."""
+
+
+def choose_run_dir(config: Config) -> str:
+    """RANKSCOPE_RUN_DIR, else `rankscope/` inside this Ray session's directory."""
+    if config.run_dir:
+        return config.run_dir
+    try:
+        from ray._private.worker import _global_node
+
+        session_dir: str = _global_node.get_session_dir_path()  # type: ignore[attr-defined]
+        return os.path.join(session_dir, "rankscope")
+    except Exception:
+        return os.path.join(tempfile.gettempdir(), "rankscope")
+
+
+class EventSink:
+    """The bounded queue between probes' heartbeats and the job's events.jsonl."""
+
+    def __init__(self, run_dir: str, queue_size: int) -> None:
+        self.run_dir = run_dir
+        self.dropped = 0  # events lost: the queue was full, or the disk refused them
+        self._queue: asyncio.Queue[tuple[str, str, Event]] = asyncio.Queue(maxsize=queue_size)
+
+    def offer(self, job_id: str, probe_id: str, event: Event) -> None:
+        """Queue one event for writing, or count it as dropped when the queue is full."""
+        try:
+            self._queue.put_nowait((job_id, probe_id, event))
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def write_forever(self) -> None:
+        """Drain the queue into <run_dir>/<job>/events.jsonl in batches."""
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and len(batch) < WRITE_BATCH:
+                batch.append(self._queue.get_nowait())
+            try:
+                await asyncio.to_thread(append_events, self.run_dir, batch)
+            except OSError:
+                self.dropped += len(batch)
+
+
+def append_events(run_dir: str, batch: list[tuple[str, str, Event]]) -> None:
+    """Append (job, probe, event) records as JSON lines, one file per job."""
+    by_job: dict[str, list[str]] = collections.defaultdict(list)
+    for job_id, probe_id, event in batch:
+        by_job[job_id].append(json.dumps({"probe_id": probe_id, **asdict(event)}, default=str))
+    for job_id, lines in by_job.items():
+        job_dir = os.path.join(run_dir, job_id or "no-job")
+        os.makedirs(job_dir, exist_ok=True)
+        with open(os.path.join(job_dir, "events.jsonl"), "a", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def tail_events(
+    run_dir: str, job_id: str, kinds: list[str] | None, limit: int
+) -> list[dict[str, Any]]:
+    """The job's last `limit` events (of `kinds`, by prefix, when given), oldest first."""
+    path = os.path.join(run_dir, job_id or "no-job", "events.jsonl")
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            start = max(0, f.tell() - EVENT_SCAN_BYTES)
+            f.seek(start)
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    if start > 0:
+        lines = lines[1:]  # the first line was cut in the middle
+    found: list[dict[str, Any]] = []
+    for raw in reversed(lines):
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue
+        if kinds is None or str(event.get("kind", "")).startswith(tuple(kinds)):
+            found.append(event)
+            if len(found) >= limit:
+                break
+    return found[::-1]
+
+
+def write_atomically(run_dir: str, job_id: str, name: str, text: str) -> str:
+    """Write `<run_dir>/<job>/<name>` through a temporary file and a rename; returns its path."""
+    job_dir = os.path.join(run_dir, job_id or "no-job")
+    os.makedirs(job_dir, exist_ok=True)
+    path = os.path.join(job_dir, name)
+    with tempfile.NamedTemporaryFile("w", dir=job_dir, delete=False, encoding="utf-8") as f:
+        f.write(text)
+    os.replace(f.name, path)
+    return path
