@@ -1,4 +1,5 @@
-"""The package's import graph: no module-level cycle, and runtime/ never reaches up into a feature.
+"""The package's shape: no module-level import cycle, runtime/ never reaches up into a feature,
+no module over 450 lines.
 
 Read with `ast`, not by importing, so a cycle that today's import order happens to survive
 still fails here. `import a.b.c` and `from a.b import c` run `a/__init__` and `a/b/__init__`
@@ -18,6 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "rankscope"
 BASE_LAYERS = {"runtime"}
 """Subpackages below every feature; besides them only top-level modules are base code."""
+MAX_MODULE_LINES = 450
 
 
 def _module_name(path: Path) -> str:
@@ -147,7 +149,7 @@ def test_base_layers_import_no_feature():
     assert wrong == []
 
 
-def test_the_checker_sees_cycles_and_package_submodules(tmp_path: Path):
+def test_the_checker_sees_cycles_and_package_submodules():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"a.x"}, "a.x": set()}) is None
 
@@ -165,3 +167,13 @@ def test_imports_count_the_packages_that_run_first(source: str, expected: set[st
     path = tmp_path / "probe_module.py"
     path.write_text(source)
     assert _imported("rankscope.stacks.collect", path, module_level_only=True) == expected
+
+
+def test_no_module_over_450_lines():
+    """Past that a module holds several concerns: split it by concern (as memory/analysis/)."""
+    long = {
+        name: n
+        for name, path in _modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}

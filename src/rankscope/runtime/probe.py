@@ -110,8 +110,6 @@ class Probe:
         self._registered: RankContext | None = None
         self._create_time = _process_create_time()
         self.connected = threading.Event()
-        self.errors = 0
-        """Failures talking to the hub so far; they are retried, never raised."""
         self._thread = threading.Thread(target=self._run, name=PROBE_THREAD_NAME, daemon=True)
 
     # ---------------------------------------------------------------- public
@@ -152,7 +150,6 @@ class Probe:
             except SystemExit:  # Ray is shutting down under us (a driver's ray.shutdown())
                 return
             except Exception as exc:  # contained: the job must never see our failures
-                self.errors += 1
                 self._hub, self._registered = None, None
                 self.connected.clear()
                 log.debug("rankscope probe: hub unreachable (%s); retry in %.1fs", exc, backoff)
