@@ -1,21 +1,19 @@
 """What each probe reports about its collectives and whereabouts, live and as last words.
 
 The `collectives` command returns the whole ring buffer; the heartbeat summaries carry the
-last few records and the main thread's whereabouts, so the hub still knows them after the
-process died.
+last few records and where the process is (its thread in a collective or in user code, which
+need not be the main thread), so the hub still knows them after the process died.
 """
 
 from __future__ import annotations
 
-import sys
-import threading
 from typing import Any
 
 from rankscope.hang.model import RecorderSnapshot
 from rankscope.hang.recorder import collective_recorder
 from rankscope.runtime.probe import register_handler, register_summary
-from rankscope.stacks.capture import walk
-from rankscope.stacks.model import headline
+from rankscope.stacks.capture import capture_threads
+from rankscope.stacks.model import active_thread, headline
 
 SUMMARY_RECORDS = 16
 
@@ -32,7 +30,7 @@ def last_collectives() -> RecorderSnapshot:
 
 
 @register_summary("where")
-def main_thread_headline() -> str | None:
-    """Where the main thread is, in one line (`load_batch data.py:41`)."""
-    frame = sys._current_frames().get(threading.main_thread().ident or -1)
-    return None if frame is None else headline(walk(frame))
+def where_headline() -> str | None:
+    """Where this process is, in one line (`load_batch data.py:41`), from its busiest thread."""
+    thread = active_thread(capture_threads())
+    return None if thread is None else headline(thread.frames)

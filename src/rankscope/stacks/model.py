@@ -53,3 +53,32 @@ def headline(frames: Sequence[Frame]) -> str:
     if user is inner:
         return f"{user.function} {user.location}"
     return f"{inner.function} <- {user.function} {user.location}"
+
+
+COLLECTIVE_PATH = f"torch{os.sep}distributed{os.sep}"
+
+
+def active_thread(threads: Sequence[ThreadStack]) -> ThreadStack | None:
+    """The thread that says where a process is: the one in a collective, else in user code.
+
+    Ray Train runs the training function in its own thread while the main thread idles in
+    Ray's task loop, so the main thread alone would say "main_loop worker.py" for a rank that
+    is stuck in user code elsewhere. The main thread wins ties; it is the answer when no
+    thread is busy.
+    """
+    if not threads:
+        return None
+    ordered = sorted(threads, key=lambda t: not t.is_main)
+    for busy in (_in_collective, _in_user_code):
+        found = next((t for t in ordered if busy(t)), None)
+        if found is not None:
+            return found
+    return ordered[0]
+
+
+def _in_collective(thread: ThreadStack) -> bool:
+    return any(COLLECTIVE_PATH in f.filename for f in thread.frames)
+
+
+def _in_user_code(thread: ThreadStack) -> bool:
+    return any(not f.library for f in thread.frames)
