@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import torch
 import torch.distributed as dist
 
 from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang
-from rankscope.hang.model import CallState, CollectiveRecord
-from rankscope.hang.recorder import collective_recorder, record_collectives, stop_recording
+from rankscope.hang.model import CallState, CollectiveRecord, DeathKind
+from rankscope.hang.recorder import (
+    collective_recorder,
+    error_text,
+    record_collectives,
+    stop_recording,
+)
 
 NOW = 1_000.0
 
@@ -151,3 +159,91 @@ def test_ring_keeps_the_last_calls_and_ignores_late_completions(tmp_path):
     assert [r.tensors for r in snapshot.records][-1] == "float32[6]"
     assert snapshot.dropped == 2
     assert all(r.state is CallState.STARTED for r in snapshot.records)
+
+
+def _failed(seq: int, error: str = "Connection closed by peer [127.0.0.1]:43437"):
+    return dataclasses.replace(_rec(seq, shape=(8,), state=CallState.FAILED), error=error)
+
+
+def test_a_failed_collective_is_not_never_entered_and_a_dead_rank_is_not_waiting():
+    """verl, one rank os._exit(1)s before #3: gloo raises in the others' all_reduce."""
+    failed = [_rec(2, shape=(8,)), _failed(3)]
+    evidence = [_rank(r, failed) for r in (0, 1, 3)]
+    evidence.append(_rank(2, [_rec(2, shape=(8,))], where="wait_for_release job.py:21", dead=True))
+
+    report = analyze_hang("j", evidence, NOW)
+
+    [failure] = [f for f in report.findings if f.kind is FindingKind.FAILED]
+    assert failure.message == (
+        "group 0 (4 ranks): ranks 0,1,3 failed in all_reduce #3 (float32[8]): Connection closed "
+        "by peer [127.0.0.1]:43437; rank 2 never entered #3, its last completed collective is #2; "
+        "rank 2 is dead"
+    )
+    assert failure.ranks == (2,)
+    assert not [f for f in report.findings if f.kind is FindingKind.HANG]
+    assert report.groups[0].waiting == ()
+
+
+def test_a_dead_rank_with_an_unfinished_call_does_not_wait():
+    started = [_rec(4, state=CallState.STARTED, start=NOW - 30)]
+    evidence = [_rank(0, started, dead=True), _rank(1, [_rec(3)])]
+    report = analyze_hang("j", evidence, NOW, min_wait_s=1.0)
+    assert [f.kind for f in report.findings] == [FindingKind.DEAD]
+    assert report.groups[0].waiting == ()
+
+
+def test_the_rank_that_died_first_is_named_and_how_the_others_followed():
+    """Ray Train: rank 2 exits, then the controller kills the other workers with ray.kill."""
+    killed = {"dead": True, "death_kind": DeathKind.KILLED, "death": "Ray: killed with ray.kill"}
+    evidence = [
+        _rank(0, [_rec(2)], died_at=NOW - 10.0, **killed),
+        _rank(1, [_rec(2)], died_at=NOW - 9.5, **killed),
+        _rank(
+            2,
+            [_rec(2)],
+            dead=True,
+            death_kind=DeathKind.EXITED,
+            death="Ray: worker died (SYSTEM_ERROR): Worker unexpectedly exits.",
+            died_at=NOW - 12.0,
+        ),
+    ]
+    [first] = [
+        f for f in analyze_hang("j", evidence, NOW).findings if f.kind.value == "first_death"
+    ]
+    assert first.ranks == (2,)
+    assert first.message == (
+        "rank 2 died first: Ray: worker died (SYSTEM_ERROR): Worker unexpectedly exits.; "
+        "ranks 0,1 were killed with ray.kill (a controller or the driver ends the group when "
+        "one worker fails) within 2.5 s after it"
+    )
+
+
+def test_one_dead_rank_has_no_first_death_finding():
+    evidence = [_rank(0, [_rec(1)]), _rank(1, [_rec(1)], dead=True)]
+    assert FindingKind.FIRST_DEATH not in [
+        f.kind for f in analyze_hang("j", evidence, NOW).findings
+    ]
+
+
+def test_the_error_text_drops_the_cpp_location_and_keeps_the_first_sentence():
+    gloo = RuntimeError(
+        "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "
+        "closed by peer [127.0.0.1]:43437. This is typically caused by a remote worker crashing."
+    )
+    assert error_text(gloo) == "Connection closed by peer [127.0.0.1]:43437"
+    assert error_text(KeyboardInterrupt()) == "KeyboardInterrupt"
+    assert len(error_text(RuntimeError("x" * 500))) == 200
+
+
+def test_recorder_keeps_the_reason_of_a_call_that_raised(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
+    record_collectives()
+    try:
+        with pytest.raises(RuntimeError, match="invalid root rank"):
+            dist.broadcast(torch.ones(2), src=7)  # the backend itself refuses it
+        [record] = collective_recorder().snapshot(last=1).records
+    finally:
+        stop_recording()
+        dist.destroy_process_group()
+    assert record.op == "broadcast" and record.state is CallState.FAILED
+    assert record.error == "ProcessGroupGloo::broadcast: invalid root rank: 7"

@@ -13,10 +13,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rankscope.hang.model import CallState, CollectiveRecord
+from rankscope.hang.model import CallState, CollectiveRecord, DeathKind
 from rankscope.ranks import format_ranks
 
 STARTED = CallState.STARTED
+FAILED = CallState.FAILED
 DEFAULT_MIN_WAIT_S = 5.0
 """A collective running for less than this is not (yet) called a hang."""
 
@@ -28,8 +29,12 @@ class FindingKind(str, enum.Enum):
     """At one sequence number, ranks called different ops, shapes or dtypes."""
     CROSS_GROUP = "cross_group_deadlock"
     """Ranks wait in different groups' collectives, each waiting for the other."""
+    FAILED = "failed"
+    """Members of a group failed in a collective: the backend raised (a peer went away)."""
     DEAD = "dead"
     """A registered rank's process is gone."""
+    FIRST_DEATH = "first_death"
+    """Several ranks died: which one died first, and how the others followed."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,9 @@ class RankEvidence:
     death: str = ""
     """Why it died, as far as Ray and the node know."""
     last_seen: float = 0.0
+    death_kind: DeathKind = DeathKind.UNKNOWN
+    died_at: float | None = None
+    """When Ray saw it end; None when unknown (then `last_seen` orders the deaths)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ def analyze_hang(
     findings: list[HangFinding] = []
     states: list[GroupState] = []
     waits: dict[str, dict[int, CollectiveRecord]] = {}
+    failed_groups: set[str] = set()
     for name in sorted(groups, key=_group_order):
         members = groups[name] or tuple(sorted(by_rank))
         per_rank = {
@@ -103,15 +112,24 @@ def analyze_hang(
             if r in by_rank
         }
         findings.extend(_mismatches(name, per_rank))
-        inside = {
-            r: recs[-1] for r, recs in per_rank.items() if recs[-1:] and recs[-1].state is STARTED
+        inside = {  # a dead rank's unfinished call is not a wait
+            r: recs[-1]
+            for r, recs in per_rank.items()
+            if recs[-1:] and recs[-1].state is STARTED and not by_rank[r].dead
         }
         waiting = {r: rec for r, rec in inside.items() if now - rec.start >= min_wait_s}
         waits[name] = inside if waiting else {}
+        failure = _failure(name, members, per_rank, inside, by_rank, now)
+        if failure is not None:
+            findings.append(failure)
+            failed_groups.add(name)
         last = max((rec.seq for recs in per_rank.values() for rec in recs), default=0)
         states.append(GroupState(name, members, last, tuple(sorted(waiting))))
-    findings.extend(_hangs(groups, waits, by_rank, now))
+    findings.extend(
+        _hangs(groups, {g: w for g, w in waits.items() if g not in failed_groups}, by_rank, now)
+    )
     findings.extend(_dead(evidence, now))
+    findings.extend(_first_death(evidence))
     missing = sorted({r for m in groups.values() for r in m} - set(by_rank))
     return HangReport(job_id, now, tuple(findings), tuple(states), tuple(missing))
 
@@ -160,6 +178,36 @@ def _hangs(
     return findings
 
 
+def _failure(
+    name: str,
+    members: tuple[int, ...],
+    per_rank: dict[int, list[CollectiveRecord]],
+    inside: dict[int, CollectiveRecord],
+    by_rank: dict[int, RankEvidence],
+    now: float,
+) -> HangFinding | None:
+    """Ranks whose last call in the group raised: say so with the backend's reason."""
+    failed = {r: recs[-1] for r, recs in per_rank.items() if recs[-1:] and recs[-1].state is FAILED}
+    if not failed:
+        return None
+    top = max(rec.seq for rec in failed.values())
+    at_top = sorted(r for r, rec in failed.items() if rec.seq == top)
+    rec = failed[at_top[0]]
+    errors = Counter(failed[r].error for r in at_top if failed[r].error)
+    reason = f": {errors.most_common(1)[0][0]}" if errors else ""
+    parts = [
+        f"group {name} ({len(members)} ranks): {_ranks(at_top)} failed in {rec.op} #{top} "
+        f"({rec.tensors}){reason}"
+    ]
+    still = sorted(r for r, call in inside.items() if call.seq == top)
+    if still:
+        waited = now - min(inside[r].start for r in still)
+        parts.append(f"{_ranks(still)} still wait in #{top} for {waited:.1f} s")
+    others = [r for r in members if r not in at_top and r not in still]
+    parts.extend(_absent_rank(r, name, top, by_rank, {}) for r in others)
+    return HangFinding(FindingKind.FAILED, "; ".join(parts), name, tuple(others), top)
+
+
 def _absent_rank(
     rank: int,
     group: str,
@@ -173,7 +221,13 @@ def _absent_rank(
     own = [r for r in evidence.records if r.group == group and not r.p2p]
     completed = [r.seq for r in own if r.state is CallState.COMPLETED]
     behind = [r for r in own if r.seq < seq and r.state is CallState.STARTED]
-    if behind:
+    failed = [r for r in own if r.seq == seq and r.state is FAILED]
+    if failed:
+        error = f": {failed[-1].error}" if failed[-1].error else ""
+        text = f"rank {rank} failed in #{seq}{error}"
+    elif any(r.seq == seq and r.state is CallState.COMPLETED for r in own):
+        text = f"rank {rank} completed #{seq}"
+    elif behind:
         text = f"rank {rank} is still in #{behind[-1].seq} ({behind[-1].op})"
     else:
         last = f"#{max(completed)}" if completed else "none"
@@ -239,6 +293,36 @@ def _dead(evidence: Sequence[RankEvidence], now: float) -> list[HangFinding]:
             text += f"; it was last in {e.where}"
         findings.append(HangFinding(FindingKind.DEAD, text, None, (e.rank,)))
     return findings
+
+
+_FOLLOWED = {
+    DeathKind.KILLED: "were killed with ray.kill (a controller or the driver ends the group "
+    "when one worker fails)",
+    DeathKind.OWNER_DIED: "were ended by Ray when their owner (the driver or the actor that "
+    "created them) died",
+}
+
+
+def _first_death(evidence: Sequence[RankEvidence]) -> list[HangFinding]:
+    """When several ranks died, the first is the one to look at; the rest usually followed it."""
+    dead = sorted(
+        (e for e in evidence if e.dead),
+        key=lambda e: (e.died_at if e.died_at is not None else e.last_seen, e.rank),
+    )
+    if len(dead) < 2:
+        return []
+    first, rest = dead[0], dead[1:]
+    ranks = [e.rank for e in rest]
+    kinds = {e.death_kind for e in rest}
+    how = _FOLLOWED.get(next(iter(kinds)), "died") if len(kinds) == 1 else "died"
+    text = f"rank {first.rank} died first" + (f": {first.death}" if first.death else "")
+    times = [e.died_at for e in dead]
+    if all(t is not None for t in times):
+        delay = max(t for t in times if t is not None) - min(t for t in times if t is not None)
+        text += f"; {_ranks(ranks)} {how} within {delay:.1f} s after it"
+    else:
+        text += f"; then {_ranks(ranks)} {how}"
+    return [HangFinding(FindingKind.FIRST_DEATH, text, None, (first.rank,))]
 
 
 def _ranks(ranks: Sequence[int]) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
-from rankscope.hang.death import explain_deaths
-from rankscope.hang.model import RecorderSnapshot
+from rankscope.hang.death import find_deaths
+from rankscope.hang.model import DeathKind, RecorderSnapshot
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 from rankscope.stacks.collect import collect_stacks
-from rankscope.stacks.model import headline
+from rankscope.stacks.model import active_thread, headline
 
 DEADLINE_S = 2.0
 
@@ -32,13 +32,12 @@ def hang_report(
     if answers is not None:
         snapshots = {r.probe_id: r.payload for r in answers.replies if r.ok}
     where = {
-        s.status.info.probe_id: headline(main.frames)
+        s.status.info.probe_id: headline(thread.frames)
         for s in collect_stacks(client, live, deadline_s=deadline_s)
-        for main in s.threads[:1]
-        if main.is_main
+        if (thread := active_thread(s.threads)) is not None
     }
     dead = [p for p in ranked if p.state == ProbeState.DEAD]
-    deaths = explain_deaths(dead) if dead else {}
+    deaths = find_deaths(dead) if dead else {}
     evidence = []
     for p in ranked:
         pid = p.info.probe_id
@@ -52,7 +51,9 @@ def hang_report(
                 groups=snapshot.groups,
                 where=where.get(pid) or p.summaries.get("where"),
                 dead=p.state == ProbeState.DEAD,
-                death=deaths.get(pid, ""),
+                death=deaths[pid].cause if pid in deaths else "",
+                death_kind=deaths[pid].kind if pid in deaths else DeathKind.UNKNOWN,
+                died_at=deaths[pid].died_at if pid in deaths else None,
                 last_seen=p.last_seen,
             )
         )

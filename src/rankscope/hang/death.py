@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rankscope.hang.model import Death, DeathKind
 from rankscope.runtime.protocol import ProbeStatus
 
 LOG_LINES = 5
@@ -30,17 +33,31 @@ class NodeForensics:
     """True/False when the kernel log could be read, None when it could not."""
 
 
-def explain_deaths(dead: Sequence[ProbeStatus]) -> dict[str, str]:
-    """probe_id -> one line on why that process died."""
+_REASONS = {
+    "WORKER_DIED": DeathKind.EXITED,
+    "RAY_KILL": DeathKind.KILLED,
+    "OWNER_DIED": DeathKind.OWNER_DIED,
+    "NODE_DIED": DeathKind.NODE_DIED,
+}
+_RAY_MARKERS = (":job_id:", ":actor_name:", ":task_name:")
+"""Lines Ray writes into worker logs to tag what ran; not what the process said."""
+
+
+def find_deaths(dead: Sequence[ProbeStatus]) -> dict[str, Death]:
+    """probe_id -> how, when and why that process died."""
     refs = {p.info.probe_id: _forensics_on_node(p.context.node_id, p.context.pid) for p in dead}
     ready, _ = (
         ray.wait(list(refs.values()), num_returns=len(refs), timeout=NODE_TASK_TIMEOUT_S)
         if refs
         else ([], [])
     )
+    unnamed = [p for p in dead if not p.context.actor_id]
+    by_pid = _actors_by_pid() if unnamed else {}
     out = {}
     for p in dead:
-        parts = [ray_death_cause(p.context.actor_id)] if p.context.actor_id else []
+        actor_id = p.context.actor_id or by_pid.get((p.context.node_ip, p.context.pid))
+        kind, said, died_at = ray_death(actor_id) if actor_id else (DeathKind.UNKNOWN, "", None)
+        parts = [said]
         ref = refs[p.info.probe_id]
         forensics = None
         if ref in ready:
@@ -50,39 +67,83 @@ def explain_deaths(dead: Sequence[ProbeStatus]) -> dict[str, str]:
                 forensics = None
         if forensics is not None:
             if forensics.kernel_oom:
+                kind = DeathKind.OUT_OF_MEMORY
                 parts.append("the kernel's OOM killer took it (dmesg)")
             if forensics.last_lines:
                 parts.append("last log lines: " + " | ".join(forensics.last_lines))
         else:
             parts.append("its node did not answer (node down?)")
-        out[p.info.probe_id] = "; ".join(x for x in parts if x)
+        out[p.info.probe_id] = Death(kind, "; ".join(x for x in parts if x), died_at)
     return out
 
 
-def ray_death_cause(actor_id: str) -> str:
-    """Ray's own account (GCS actor table): exit type, and whether its memory monitor killed it."""
+def explain_deaths(dead: Sequence[ProbeStatus]) -> dict[str, str]:
+    """probe_id -> one line on why that process died."""
+    return {probe_id: death.cause for probe_id, death in find_deaths(dead).items()}
+
+
+def ray_death(actor_id: str) -> tuple[DeathKind, str, float | None]:
+    """Ray's own account (GCS actor table): how it ended, in one line, and when."""
     try:
         from ray._private import state
 
         info = state.actors(actor_id)
         cause = info.get("DeathCause")
     except Exception:
-        return ""
+        return DeathKind.UNKNOWN, "", None
+    end_ms = info.get("EndTime") or 0
+    died_at = end_ms / 1000.0 if end_ms else None
     if cause is None:
-        return ""
+        return DeathKind.UNKNOWN, "", died_at
     if cause.HasField("oom_context"):
-        return "Ray's memory monitor killed it (node out of memory): " + _first_sentence(
-            cause.oom_context.error_message
+        return (
+            DeathKind.OUT_OF_MEMORY,
+            "Ray's memory monitor killed it (node out of memory): "
+            + _first_sentence(cause.oom_context.error_message),
+            died_at,
         )
     if cause.HasField("actor_died_error_context"):
         context = cause.actor_died_error_context
-        message = context.error_message
-        exit_detail = message.split("Worker exit detail:", 1)[-1].strip()
-        kind = (
-            message.split("Worker exit type:", 1)[-1].split()[0] if "exit type" in message else ""
-        )
-        return f"Ray: worker died ({kind or 'unknown exit'}): {_first_sentence(exit_detail)}"
-    return _first_sentence(str(cause))
+        reason = type(context).Reason.Name(context.reason)
+        return _REASONS.get(reason, DeathKind.UNKNOWN), _ray_sentence(context), died_at
+    return DeathKind.UNKNOWN, _first_sentence(str(cause)), died_at
+
+
+def _ray_sentence(context: Any) -> str:
+    """`Ray: worker died (SYSTEM_ERROR): Worker unexpectedly exits ...` from Ray's message."""
+    message = context.error_message
+    exit_type = re.search(r"Worker exit type: (\w+)", message)
+    detail = re.search(r"Worker exit detail: (.*)", message, re.DOTALL)
+    if exit_type is not None:
+        what = f"worker died ({exit_type.group(1)})"
+    else:
+        what = _WHAT.get(type(context).Reason.Name(context.reason), "actor died")
+    text = detail.group(1) if detail is not None else message
+    return f"Ray: {what}: {_first_sentence(text)}"
+
+
+_WHAT = {
+    "RAY_KILL": "killed with ray.kill",
+    "OWNER_DIED": "its owner died",
+    "NODE_DIED": "its node died",
+    "WORKER_DIED": "worker died",
+    "OUT_OF_SCOPE": "no reference to it was left",
+    "REF_DELETED": "no reference to it was left",
+}
+
+
+def _actors_by_pid() -> dict[tuple[str, int], str]:
+    """(node IP, pid) -> actor id, for processes that died before their probe learned its id."""
+    try:
+        from ray._private import state
+
+        actors = state.actors()
+    except Exception:
+        return {}
+    return {
+        (str(info.get("Address", {}).get("IPAddress", "")), int(info.get("Pid") or 0)): actor_id
+        for actor_id, info in actors.items()
+    }
 
 
 def _first_sentence(text: str) -> str:
@@ -119,7 +180,7 @@ def _tail(path: str, count: int) -> list[str]:
     except OSError:
         return []
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return [line for line in lines if not line.startswith(":job_id:")][-count:]
+    return [line for line in lines if not line.startswith(_RAY_MARKERS)][-count:]
 
 
 def _kernel_killed(pid: int) -> bool | None:

@@ -31,6 +31,8 @@ class CollectiveRecord:
     caller: str
     """file:line of the code that called torch.distributed."""
     p2p: bool = False
+    error: str = ""
+    """For a FAILED call, the backend's error in one line (gloo: "Connection closed by peer")."""
 
     @property
     def numel(self) -> int:
@@ -59,3 +61,31 @@ class RecorderSnapshot:
     dropped: int
     """Records pushed out of the ring buffer since the start."""
     recording: bool
+
+
+class DeathKind(str, enum.Enum):
+    """How a process ended, as Ray's GCS tells it: on its own, or ended from outside."""
+
+    EXITED = "exited"
+    """Its worker process died on its own: an exit, a crash, a signal."""
+    KILLED = "killed"
+    """Someone called `ray.kill` on it (Ray Train's controller tears a group down so)."""
+    OWNER_DIED = "owner_died"
+    """The process that created it (a driver, a controller actor) died, and Ray took it along."""
+    OUT_OF_MEMORY = "out_of_memory"
+    """Ray's memory monitor (or the kernel's OOM killer) killed it."""
+    NODE_DIED = "node_died"
+    """Its node went away."""
+    UNKNOWN = "unknown"
+    """Ray keeps no cause for it (not an actor, or the GCS forgot it)."""
+
+
+@dataclass(frozen=True)
+class Death:
+    """Why and when one registered process died, as far as Ray and its node know."""
+
+    kind: DeathKind
+    cause: str
+    """One line: Ray's account, the kernel's OOM verdict, the last log lines."""
+    died_at: float | None = None
+    """When Ray saw it end (epoch seconds); None when Ray does not know."""

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import importlib.abc
 import importlib.machinery
+import re
 import sys
 import threading
 import time
@@ -53,6 +54,7 @@ class _Entry:
         "caller",
         "dtypes",
         "end",
+        "error",
         "generation",
         "group",
         "op",
@@ -73,6 +75,7 @@ class _Entry:
     start: float
     end: float | None
     state: CallState
+    error: str
 
     def __init__(self) -> None:
         self.generation = -1
@@ -82,6 +85,13 @@ class _Entry:
         if self.generation == generation:  # not yet reused by a later call
             self.end = time.time()
             self.state = state
+
+    def fail(self, exc: BaseException, generation: int) -> None:
+        """The call raised: keep the backend's reason, it names the peer that went away."""
+        if self.generation == generation:
+            self.end = time.time()
+            self.state = CallState.FAILED
+            self.error = error_text(exc)
 
     def freeze(self) -> CollectiveRecord:
         return CollectiveRecord(
@@ -95,6 +105,7 @@ class _Entry:
             state=self.state,
             caller=f"{self.caller[0]}:{self.caller[1]}",
             p2p=self.p2p,
+            error=self.error,
         )
 
 
@@ -139,6 +150,7 @@ class CollectiveRecorder:
         entry.group, entry.seq, entry.op, entry.p2p = name, seq, op, p2p
         entry.shapes, entry.dtypes, entry.caller = shapes, dtypes, caller
         entry.start, entry.end, entry.state = time.time(), None, CallState.STARTED
+        entry.error = ""
         entry.generation = generation
         self.total = generation + 1
         return entry, generation
@@ -194,8 +206,8 @@ class _RecordedWork:
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         try:
             result = self._work.wait(*args, **kwargs)
-        except BaseException:
-            self._entry.finish(CallState.FAILED, self._generation)
+        except BaseException as exc:
+            self._entry.fail(exc, self._generation)
             raise
         self._entry.finish(CallState.COMPLETED, self._generation)
         return result
@@ -305,8 +317,8 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         try:
             result = fn(*args, **kwargs)
-        except BaseException:
-            entry.finish(CallState.FAILED, generation)
+        except BaseException as exc:
+            entry.fail(exc, generation)
             raise
         if result is None:  # a synchronous call returned: done (inlined, the hot path)
             if entry.generation == generation:
@@ -324,6 +336,23 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     recorded.__name__ = fn.__name__
     recorded.__doc__ = fn.__doc__
     return recorded
+
+
+ERROR_CHARS = 200
+_SOURCE_PREFIX = re.compile(r"^\[[^\]]*:\d+\]\s*")
+"""gloo and NCCL start their messages with the C++ source location: `[.../pair.cc:553] `."""
+
+
+def error_text(exc: BaseException) -> str:
+    """The first sentence of an exception, without the C++ source location, at most 200 chars.
+
+    Example: `Connection closed by peer [127.0.0.1]:43437` for gloo's error when a peer died.
+    """
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = _SOURCE_PREFIX.sub("", text)
+    head, sep, _ = text.partition(". ")
+    text = head if sep else text.rstrip(".")
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
 
 
 def _is_work(value: Any) -> bool:
