@@ -11,6 +11,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 $(STAMP): pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e ".[torch,dev]"
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints-dev.txt --no-deps verl
 	touch $(STAMP)
 
 demo: $(STAMP)

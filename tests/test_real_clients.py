@@ -1,0 +1,106 @@
+"""The real clients, unchanged, with rankscope installed by the setup hook only.
+
+verl 0.9.1's single controller (RayResourcePool + RayWorkerGroup of a Worker subclass) and Ray
+Train's TorchTrainer, 4 CPU ranks on gloo each (tests/real_job.py, tests/real_clients.py).
+Rank 2 stalls before the 3rd all_reduce: `hang` and `stacks` must name it and its line (Ray
+Train runs the loop in its own thread, not the main thread). Then rank 2 exits: the others'
+all_reduce fails, the client tears the group down, and rankscope must say that they failed
+(not "never entered") and that rank 2 died first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from helpers import cluster_address, line_of, run_cli
+from rankscope.runtime.client import HubClient
+from rankscope.runtime.protocol import ProbeState
+from real_clients import wait_for_release
+from workers import wait_until
+
+JOB = os.path.join(os.path.dirname(__file__), "real_job.py")
+STALLED = 2
+
+
+@pytest.fixture(params=["verl", "train"])
+def stalled_job(request, cluster, hub, tmp_path) -> Iterator[tuple[str, str, subprocess.Popen]]:
+    """A job of the client whose rank 2 waits for `release`; yields (job id, release, driver)."""
+    release = str(tmp_path / "release")
+    driver = subprocess.Popen(
+        [sys.executable, JOB, cluster_address(), request.param, str(STALLED), release],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert driver.stdout is not None
+        job_id = driver.stdout.readline().strip()
+        yield job_id, release, driver
+    finally:
+        if not os.path.exists(release):
+            with open(release, "w") as f:
+                f.write("go")
+        try:
+            driver.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+
+
+def _json(*args: str) -> tuple[int, object]:
+    result = run_cli(*args, "--json", "--address", cluster_address())
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    return result.returncode, json.loads(result.stdout)["data"]
+
+
+def _findings(job_id: str, kind: str) -> list[dict]:
+    _, reports = _json("hang", "--job", job_id, "--min-wait", "0.5")
+    return [f for r in reports for f in r["findings"] if f["kind"] == kind]  # type: ignore[union-attr]
+
+
+def test_stall_then_death_are_named_on_the_real_client(stalled_job):
+    job_id, release, driver = stalled_job
+    wait_until(
+        lambda: sum(p.context.rank is not None for p in HubClient.attach().probes(job_id)) == 4,
+        timeout=120,
+        what="the client's four ranks to register",
+    )
+    [hang] = wait_until(lambda: _findings(job_id, "hang"), timeout=120, what="the stall")
+    where = f"wait_for_release real_clients.py:{line_of(wait_for_release, 'time.sleep')}"
+    assert hang["ranks"] == [STALLED]
+    assert "ranks 0,1,3 wait in all_reduce #3 (float32[8])" in hang["message"]
+    assert (
+        f"rank 2 never entered #3, its last completed collective is #2; rank 2 is in {where}"
+        in (hang["message"])
+    )
+    stacks = run_cli("stacks", "--job", job_id, "--address", cluster_address())
+    assert f"rank 2: {where}" in stacks.stdout, stacks.stdout
+
+    with open(release, "w") as f:
+        f.write("die")
+
+    def all_dead() -> bool:
+        ranked = [p for p in HubClient.attach().probes(job_id) if p.context.rank is not None]
+        return all(p.state == ProbeState.DEAD for p in ranked)
+
+    wait_until(all_dead, timeout=120, what="the client to tear the group down")
+    [failed] = _findings(job_id, "failed")
+    # the ranks whose all_reduce raised before the client killed them (one may die inside it)
+    assert re.match(
+        r"group 0 \(4 ranks\): ranks? [013,]+ failed in all_reduce #3 \(float32\[8\]\): "
+        r"Connection closed by peer",
+        failed["message"],
+    ), failed["message"]
+    assert "rank 2 never entered #3" in failed["message"] and failed["ranks"] == [STALLED]
+    assert not _findings(job_id, "hang")
+    [first] = _findings(job_id, "first_death")
+    assert first["ranks"] == [STALLED] and first["message"].startswith("rank 2 died first")
+    code, _ = _json("status", "--job", job_id)
+    assert code == 1
+    driver.communicate(timeout=120)
