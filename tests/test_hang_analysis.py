@@ -247,3 +247,14 @@ def test_recorder_keeps_the_reason_of_a_call_that_raised(tmp_path):
         dist.destroy_process_group()
     assert record.op == "broadcast" and record.state is CallState.FAILED
     assert record.error == "ProcessGroupGloo::broadcast: invalid root rank: 7"
+
+
+def test_a_rank_killed_inside_the_failed_collective_is_not_a_culprit():
+    evidence = [_rank(r, [_rec(2, shape=(8,)), _failed(3)]) for r in (1, 3)]
+    evidence.append(
+        _rank(0, [_rec(2, shape=(8,)), _rec(3, shape=(8,), state=CallState.STARTED)], dead=True)
+    )
+    evidence.append(_rank(2, [_rec(2, shape=(8,))], dead=True))
+    [failure] = [f for f in analyze_hang("j", evidence, NOW).findings if f.kind.value == "failed"]
+    assert failure.ranks == (2,)
+    assert "; rank 0 was in #3 when it died; rank 2 never entered #3" in failure.message

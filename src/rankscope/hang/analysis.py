@@ -205,7 +205,12 @@ def _failure(
         parts.append(f"{_ranks(still)} still wait in #{top} for {waited:.1f} s")
     others = [r for r in members if r not in at_top and r not in still]
     parts.extend(_absent_rank(r, name, top, by_rank, {}) for r in others)
-    return HangFinding(FindingKind.FAILED, "; ".join(parts), name, tuple(others), top)
+    culprits = tuple(r for r in others if not _entered(per_rank.get(r, []), top))
+    return HangFinding(FindingKind.FAILED, "; ".join(parts), name, culprits, top)
+
+
+def _entered(records: list[CollectiveRecord], seq: int) -> bool:
+    return any(rec.seq >= seq for rec in records)
 
 
 def _absent_rank(
@@ -227,6 +232,12 @@ def _absent_rank(
         text = f"rank {rank} failed in #{seq}{error}"
     elif any(r.seq == seq and r.state is CallState.COMPLETED for r in own):
         text = f"rank {rank} completed #{seq}"
+    elif any(r.seq == seq for r in own):
+        return (
+            f"rank {rank} was in #{seq} when it died"
+            if evidence.dead
+            else f"rank {rank} is in #{seq}"
+        )
     elif behind:
         text = f"rank {rank} is still in #{behind[-1].seq} ({behind[-1].op})"
     else:
