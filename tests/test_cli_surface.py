@@ -9,7 +9,7 @@ import rankscope.cli.main as cli
 EXPECTED = {
     "stacks": {"--address", "--job", "--ranks", "--json", "--deadline", "--all-frames"},
     "status": {"--address", "--job", "--json"},
-    "hang": {"--address", "--job", "--json", "--min-wait"},
+    "hang": {"--address", "--job", "--group", "--json", "--min-wait"},
     "events": {"--address", "--job", "--kind", "--limit", "--json"},
     "demo": {"--fault", "--workers", "--steps"},
     "memory": {"--address", "--job", "--watch", "--json"},

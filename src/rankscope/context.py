@@ -2,9 +2,12 @@
 
 Sources, first match wins: explicit `rankscope.init(rank=..., world_size=...)`, torch.distributed
 when it is initialized, the variables torchrun / Ray Train / verl set (RANK, LOCAL_RANK,
-WORLD_SIZE, ...), else unknown (None). Node, process and Ray ids never change within a process,
-so they are read once; only the rank sources are looked at again on each call, which keeps
-`get_context()` cheap enough for every heartbeat.
+WORLD_SIZE, ...), else unknown (None). A rank is unique within its group, not within a Ray job
+(verl runs several worker groups in one job, each with ranks 0..N-1), so the group is part of
+who a process is: an explicit `rankscope.init(group=...)`, else the rendezvous address of its
+default torch.distributed group, else MASTER_ADDR:MASTER_PORT. Node, process and Ray ids never
+change within a process, so they are read once; only the rank sources are looked at again on
+each call, which keeps `get_context()` cheap enough for every heartbeat.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class RankContext:
     task_id: str | None
     rank_source: str
     """Where the rank came from: explicit, torch.distributed, env, or none."""
+    group: str | None = None
+    """The distributed group the rank belongs to (`host:port` of its rendezvous), or None."""
 
     @property
     def label(self) -> str:
@@ -57,17 +62,23 @@ class _StaticIdentity:
 
 
 _explicit: dict[str, int | None] = {}
+_explicit_group: list[str] = []
 _static: _StaticIdentity | None = None
 _static_lock = threading.Lock()
 
 
 def set_explicit_rank(
-    rank: int | None = None, world_size: int | None = None, local_rank: int | None = None
+    rank: int | None = None,
+    world_size: int | None = None,
+    local_rank: int | None = None,
+    group: str | None = None,
 ) -> None:
-    """Pin this process's rank (from `rankscope.init(rank=..., world_size=...)`)."""
+    """Pin this process's rank (from `rankscope.init(rank=..., world_size=..., group=...)`)."""
     for key, value in (("rank", rank), ("world_size", world_size), ("local_rank", local_rank)):
         if value is not None:
             _explicit[key] = int(value)
+    if group is not None:
+        _explicit_group[:] = [str(group)]
 
 
 def get_context() -> RankContext:
@@ -80,8 +91,28 @@ def get_context() -> RankContext:
         world_size=world_size,
         task_id=_current_task_id(),
         rank_source=source,
+        group=_group() if rank is not None else None,
         **dataclasses.asdict(static),
     )
+
+
+def _group() -> str | None:
+    """Where this rank's group met: the same string on every member, different per group."""
+    if _explicit_group:
+        return _explicit_group[0]
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        try:
+            if dist.is_available() and dist.is_initialized():
+                store = dist.distributed_c10d._get_default_store()
+                while hasattr(store, "underlying_store"):  # PrefixStore around the real one
+                    store = store.underlying_store
+                if hasattr(store, "host") and hasattr(store, "port"):
+                    return f"{store.host}:{store.port}"
+        except Exception:  # a store we cannot read: fall back to the variables
+            pass
+    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    return f"{host}:{port}" if host and port else None
 
 
 def _rank_info() -> tuple[int | None, int | None, int | None, str]:
@@ -177,4 +208,5 @@ def reset_for_tests() -> None:
     """Forget explicit ranks and cached identity (Ray may have been initialized since)."""
     global _static
     _explicit.clear()
+    _explicit_group.clear()
     _static = None

@@ -20,6 +20,7 @@ from rankscope.errors import UserError
 __all__ = [
     "Address",
     "ExitCode",
+    "Group",
     "Job",
     "Json",
     "err",
@@ -39,6 +40,12 @@ Address = Annotated[
 ]
 Job = Annotated[str | None, typer.Option("--job", help="Ray job id (default: jobs still running).")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+Group = Annotated[
+    str | None,
+    typer.Option(
+        "--group", help="Only this group of ranks (its rendezvous HOST:PORT, or a prefix of it)."
+    ),
+]
 
 
 class ExitCode(enum.IntEnum):

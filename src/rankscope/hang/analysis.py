@@ -83,6 +83,8 @@ class HangReport:
     groups: tuple[GroupState, ...]
     missing_ranks: tuple[int, ...] = field(default=())
     """Ranks named by a group that sent no evidence (no probe, or it did not answer)."""
+    group: str | None = None
+    """The group these ranks form, when the job has several (verl's worker groups)."""
 
     @property
     def ok(self) -> bool:

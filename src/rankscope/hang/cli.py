@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
+from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
 
 app = typer.Typer()
 
@@ -16,6 +16,7 @@ app = typer.Typer()
 def hang(
     address: Address = None,
     job: Job = None,
+    group: Group = None,
     as_json: Json = False,
     min_wait: Annotated[
         float,
@@ -27,7 +28,7 @@ def hang(
     from rankscope.hang.collect import hang_reports
     from rankscope.hang.render import render_hang
 
-    reports = hang_reports(address, job, min_wait)
+    reports = hang_reports(address, job, min_wait, group)
     if as_json:
         out.print_json(to_json("hang", reports))
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
@@ -9,6 +10,7 @@ from rankscope.hang.death import find_deaths
 from rankscope.hang.model import DeathKind, RecorderSnapshot
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import by_group, filter_group
 from rankscope.stacks.collect import collect_stacks
 from rankscope.stacks.model import active_thread, headline
 
@@ -22,8 +24,12 @@ def hang_report(
     *,
     min_wait_s: float = DEFAULT_MIN_WAIT_S,
     deadline_s: float = DEADLINE_S,
+    group: str | None = None,
 ) -> HangReport:
-    """Ask every ranked probe for its recorder and stack; use last words for the silent."""
+    """Ask every ranked probe for its recorder and stack; use last words for the silent.
+
+    `probes` are one group's (ranks are unique within a group); `group` names it in the report.
+    """
     ranked = [p for p in probes if p.context.rank is not None]
     ranked = _newest_per_rank(ranked)
     live = [p for p in ranked if p.state != ProbeState.DEAD]
@@ -57,7 +63,7 @@ def hang_report(
                 last_seen=p.last_seen,
             )
         )
-    return analyze_hang(job_id, evidence, time.time(), min_wait_s)
+    return dataclasses.replace(analyze_hang(job_id, evidence, time.time(), min_wait_s), group=group)
 
 
 def _newest_per_rank(probes: list[ProbeStatus]) -> list[ProbeStatus]:
@@ -68,10 +74,15 @@ def _newest_per_rank(probes: list[ProbeStatus]) -> list[ProbeStatus]:
     return sorted(best.values(), key=lambda p: p.context.rank or 0)
 
 
-def hang_reports(address: str | None, job: str | None, min_wait_s: float) -> list[HangReport]:
-    """`rankscope hang`: one report for every selected job."""
+def hang_reports(
+    address: str | None, job: str | None, min_wait_s: float, group: str | None = None
+) -> list[HangReport]:
+    """`rankscope hang`: one report per selected job, or per group when a job has several."""
     client = HubClient.attach(address)
-    return [
-        hang_report(client, job_id, probes, min_wait_s=min_wait_s)
-        for job_id, probes in client.jobs(job).items()
-    ]
+    reports = []
+    for job_id, probes in client.jobs(job).items():
+        groups = by_group(filter_group(probes, group))
+        for name, members in groups.items():
+            label = name if len(groups) > 1 or group is not None else None
+            reports.append(hang_report(client, job_id, members, min_wait_s=min_wait_s, group=label))
+    return reports

@@ -14,7 +14,8 @@ __all__ = ["render_hang"]
 def render_hang(report: HangReport) -> RenderableType:
     lines: list[RenderableType] = []
     verdict = "healthy: no rank is stuck" if report.ok else f"{len(report.findings)} finding(s)"
-    lines.append(Text(f"job {report.job_id}: {verdict}", style="bold"))
+    who = f"job {report.job_id}" + (f", group {report.group}" if report.group else "")
+    lines.append(Text(f"{who}: {verdict}", style="bold"))
     for finding in report.findings:
         text = Text(f"{finding.kind.value}: ", style="bold red")
         text.append(finding.message)

@@ -27,6 +27,7 @@ def init(
     world_size: int | None = None,
     *,
     local_rank: int | None = None,
+    group: str | None = None,
     level: str | None = None,
     heartbeat_interval: float | None = None,
     hang_timeout: float | None = None,
@@ -35,9 +36,11 @@ def init(
 
     Example: `rankscope.init(rank=dist.get_rank(), world_size=dist.get_world_size())`.
     Explicit ranks win over torch.distributed and RANK/WORLD_SIZE; leave them out to detect.
+    `group` names the group the rank belongs to when there is no torch.distributed group to
+    detect it from (ranks are unique within a group, not within a Ray job).
     """
     global _probe
-    set_explicit_rank(rank=rank, world_size=world_size, local_rank=local_rank)
+    set_explicit_rank(rank=rank, world_size=world_size, local_rank=local_rank, group=group)
     with _lock:
         if _probe is not None and _probe.alive and _probe_pid == os.getpid():
             return _probe

@@ -1,4 +1,8 @@
-"""Choosing which registered processes a command is about: by job, then by rank (pure)."""
+"""Choosing which registered processes a command is about: by job, group and rank (pure).
+
+A rank is unique within its group (`RankContext.group`), not within a job: verl runs several
+worker groups in one job, Ray Train restarts a group with the same ranks.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +39,29 @@ def filter_ranks(probes: list[ProbeStatus], ranks: frozenset[int] | None) -> lis
     if ranks is None:
         return probes
     return [p for p in probes if p.context.rank is not None and p.context.rank in ranks]
+
+
+def by_group(probes: Iterable[ProbeStatus]) -> dict[str | None, list[ProbeStatus]]:
+    """Ranked processes by their group (None: ranks whose group is unknown), in order."""
+    groups: dict[str | None, list[ProbeStatus]] = {}
+    for p in probes:
+        if p.context.rank is not None:
+            groups.setdefault(p.context.group, []).append(p)
+    return {g: _ordered(ps) for g, ps in sorted(groups.items(), key=lambda kv: kv[0] or "")}
+
+
+def filter_group(probes: list[ProbeStatus], group: str | None) -> list[ProbeStatus]:
+    """The processes of the group named `group` (a unique prefix is enough); all when None."""
+    if group is None:
+        return probes
+    names = sorted({p.context.group for p in probes if p.context.group})
+    chosen = [n for n in names if n == group] or [n for n in names if n.startswith(group)]
+    if len(chosen) != 1:
+        what = "matches several groups" if chosen else "matches no group"
+        raise UserError(
+            f"--group {group}: {what} of this job (its groups: {', '.join(names) or 'none'})"
+        )
+    return [p for p in probes if p.context.group == chosen[0]]
 
 
 def _ordered(probes: list[ProbeStatus]) -> list[ProbeStatus]:
