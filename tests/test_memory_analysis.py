@@ -284,3 +284,24 @@ def test_cluster_view_sorts_by_headroom_and_alerts():
     assert [r.rank for r in view.missing] == [3]
     assert view.has_findings
     assert math.isclose(view.ranks[0].headroom or 0, 0.05, rel_tol=1e-6)
+
+
+def test_processes_without_a_rank_come_after_the_ranks_in_a_section_of_their_own():
+    from rich.console import Console
+
+    from rankscope.memory.render import render
+
+    def row(rank: int | None, pid: int, node_available: int) -> analysis.RankMemory:
+        s = MemorySnapshot(0.0, pid, GIB, GIB, NODE, node_available)
+        label = f"rank {rank}" if rank is not None else f"pid {pid}@vm"
+        return analysis.RankMemory(label, rank, "10.0.0.1", pid, s)
+
+    controller = row(None, 900, int(NODE * 0.05))  # the least headroom, but not a rank
+    view = analysis.cluster_view("job1", [controller, row(1, 101, NODE // 2), row(0, 100, NODE)])
+    assert [r.rank for r in view.ranks] == [1, 0, None]
+
+    console = Console(width=100, record=True, color_system=None)
+    console.print(render(view))
+    lines = console.export_text().splitlines()
+    rank0 = next(i for i, line in enumerate(lines) if line.startswith("│    0 "))
+    assert lines[rank0 + 1].startswith("├") and lines[rank0 + 2].startswith("│    - ")

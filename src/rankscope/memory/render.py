@@ -29,7 +29,9 @@ def render(view: analysis.ClusterMemory) -> RenderableType:
     columns += ["free", "leak"]
     for c in columns:
         table.add_column(c, justify="left" if c in ("node", "leak") else "right", no_wrap=True)
-    for r in view.ranks:
+    for i, r in enumerate(view.ranks):
+        if i > 0 and r.rank is None and view.ranks[i - 1].rank is not None:
+            table.add_section()  # processes without a rank: apart from the ranks
         s = r.snapshot
         head = ["-" if r.rank is None else str(r.rank), r.node, str(r.pid)]
         if s is None:

@@ -1,4 +1,8 @@
-"""The cluster view: every rank's memory and verdicts, least headroom first."""
+"""The cluster view: every rank's memory and verdicts, least headroom first.
+
+Processes without a rank (Ray Train's controller, verl's driver-side actors) come after the
+ranks, apart: they are not part of the training group the table compares.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ class RankMemory:
 class ClusterMemory:
     job_id: str
     ranks: tuple[RankMemory, ...]
-    """Least headroom first; ranks without a snapshot last."""
+    """Ranks first, then processes without a rank; each least headroom first, no snapshot last."""
 
     @property
     def alerts(self) -> tuple[tuple[RankMemory, Finding], ...]:
@@ -70,7 +74,7 @@ class ClusterMemory:
 def cluster_view(
     job_id: str, ranks: Sequence[RankMemory], thresholds: MemoryThresholds | None = None
 ) -> ClusterMemory:
-    """Rows with their findings, sorted by headroom (least first)."""
+    """Rows with their findings: ranks, then rank-less processes, each by headroom (least first)."""
     rows = [
         RankMemory(
             r.label,
@@ -86,6 +90,7 @@ def cluster_view(
     ]
     rows.sort(
         key=lambda r: (
+            r.rank is None,
             r.headroom is None,
             round(r.headroom or 0.0, 2),  # ranks within a percent keep their rank order
             r.rank is None,
