@@ -101,6 +101,7 @@ def test_stall_then_death_are_named_on_the_real_client(stalled_job):
     assert not _findings(job_id, "hang")
     [first] = _findings(job_id, "first_death")
     assert first["ranks"] == [STALLED] and first["message"].startswith("rank 2 died first")
-    code, _ = _json("status", "--job", job_id)
+    code, status = _json("status", "--job", job_id)
     assert code == 1
+    assert status[job_id]["first_death"].startswith("rank 2 died first")  # type: ignore[index]
     driver.communicate(timeout=120)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rankscope.hang.model import CallState, CollectiveRecord, DeathKind
+from rankscope.hang.model import CallState, CollectiveRecord, Death, DeathKind
 from rankscope.ranks import format_ranks
 
 STARTED = CallState.STARTED
@@ -317,25 +317,41 @@ _FOLLOWED = {
 
 
 def _first_death(evidence: Sequence[RankEvidence]) -> list[HangFinding]:
-    """When several ranks died, the first is the one to look at; the rest usually followed it."""
-    dead = sorted(
-        (e for e in evidence if e.dead),
-        key=lambda e: (e.died_at if e.died_at is not None else e.last_seen, e.rank),
-    )
-    if len(dead) < 2:
+    dead = {
+        e.rank: (Death(e.death_kind, e.death, e.died_at), e.last_seen) for e in evidence if e.dead
+    }
+    found = first_death(dead)
+    if found is None:
         return []
-    first, rest = dead[0], dead[1:]
-    ranks = [e.rank for e in rest]
-    kinds = {e.death_kind for e in rest}
+    rank, text = found
+    return [HangFinding(FindingKind.FIRST_DEATH, text, None, (rank,))]
+
+
+def first_death(dead: Mapping[int, tuple[Death, float]]) -> tuple[int, str] | None:
+    """Of several dead ranks (rank -> its death and when it was last heard), the one that died
+    first and how the others followed; None for fewer than two.
+
+    The others usually died of the first: a controller or the driver tears the group down.
+    """
+    if len(dead) < 2:
+        return None
+    order = sorted(dead, key=lambda r: (_when(*dead[r]), r))
+    first, rest = order[0], order[1:]
+    death = dead[first][0]
+    kinds = {dead[r][0].kind for r in rest}
     how = _FOLLOWED.get(next(iter(kinds)), "died") if len(kinds) == 1 else "died"
-    text = f"rank {first.rank} died first" + (f": {first.death}" if first.death else "")
-    times = [e.died_at for e in dead]
-    if all(t is not None for t in times):
-        delay = max(t for t in times if t is not None) - min(t for t in times if t is not None)
-        text += f"; {_ranks(ranks)} {how} within {delay:.1f} s after it"
+    text = f"rank {first} died first" + (f": {death.cause}" if death.cause else "")
+    times = [dead[r][0].died_at for r in order]
+    known = [t for t in times if t is not None]
+    if len(known) == len(times):
+        text += f"; {_ranks(rest)} {how} within {max(known) - min(known):.1f} s after it"
     else:
-        text += f"; then {_ranks(ranks)} {how}"
-    return [HangFinding(FindingKind.FIRST_DEATH, text, None, (first.rank,))]
+        text += f"; then {_ranks(rest)} {how}"
+    return first, text
+
+
+def _when(death: Death, last_seen: float) -> float:
+    return death.died_at if death.died_at is not None else last_seen
 
 
 def _ranks(ranks: Sequence[int]) -> str:

@@ -19,7 +19,10 @@ def status(address: Address = None, job: Job = None, as_json: Json = False) -> N
 
     jobs = job_statuses(address, job)
     if as_json:
-        data = {j.job_id: {"processes": j.processes, "deaths": j.deaths} for j in jobs}
+        data = {
+            j.job_id: {"processes": j.processes, "deaths": j.deaths, "first_death": j.first_death}
+            for j in jobs
+        }
         out.print_json(to_json("status", data))
     else:
         for j in jobs:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rankscope.hang.model import Death
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import by_group
 
 __all__ = ["JobStatus", "any_lost", "job_statuses"]
 
@@ -18,24 +20,48 @@ class JobStatus:
     job_id: str
     processes: tuple[ProbeStatus, ...]
     deaths: dict[str, str]
+    first_death: str = ""
+    """When several ranks died: which died first and how the others followed."""
 
 
 def job_statuses(address: str | None, job: str | None) -> list[JobStatus]:
     """Every selected job's registry; Ray's GCS and the node explain each death."""
-    from rankscope.hang.death import explain_deaths
+    from rankscope.hang.death import find_deaths
 
     client = HubClient.attach(address)
     jobs = client.jobs(job)
     dead = [p for probes in jobs.values() for p in probes if p.state == ProbeState.DEAD]
-    deaths = explain_deaths(dead) if dead else {}
+    deaths = find_deaths(dead) if dead else {}
     return [
         JobStatus(
             job_id,
             tuple(probes),
-            {p.info.probe_id: deaths[p.info.probe_id] for p in probes if p.info.probe_id in deaths},
+            {
+                p.info.probe_id: deaths[p.info.probe_id].cause
+                for p in probes
+                if p.info.probe_id in deaths
+            },
+            _first_deaths(probes, deaths),
         )
         for job_id, probes in jobs.items()
     ]
+
+
+def _first_deaths(probes: Sequence[ProbeStatus], deaths: dict[str, Death]) -> str:
+    """Per group of ranks, which rank died first, when several did."""
+    from rankscope.hang.analysis import first_death
+
+    lines = []
+    for members in by_group(probes).values():
+        dead = {
+            p.context.rank: (deaths[p.info.probe_id], p.last_seen)
+            for p in members
+            if p.info.probe_id in deaths and p.context.rank is not None
+        }
+        found = first_death(dead)
+        if found is not None:
+            lines.append(found[1])
+    return "; ".join(lines)
 
 
 def any_lost(jobs: Sequence[JobStatus]) -> bool:
