@@ -109,11 +109,27 @@ def test_port_verdicts():
 
 @pytest.fixture
 def no_probe_left():
-    """A session starts this process's probe (to be listed); stop it after the test."""
+    """Debugging on; a session starts this process's probe (to be listed): stop it after."""
     import rankscope
 
+    rankscope.enable_full_debugging()
     yield
+    rankscope.enable_lightweight_monitoring()
     rankscope.shutdown()
+
+
+def test_post_mortem_reraises_at_once_when_debugging_is_off():
+    import rankscope
+
+    rankscope.enable_lightweight_monitoring()
+
+    @post_mortem(timeout=30)
+    def divide(a: int, b: int) -> float:
+        return a / b
+
+    with pytest.raises(ZeroDivisionError):
+        divide(7, 0)  # would wait 30 s in a session if one were opened
+    assert registry.open_sessions() == []
 
 
 def test_post_mortem_decorator_serves_the_raising_frame_then_reraises(no_probe_left):

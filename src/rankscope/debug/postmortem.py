@@ -1,7 +1,10 @@
 """Post-mortem sessions: an uncaught exception in a worker opens a session at the raising frame.
 
-Three ways in, all ending in the same registry and timeout, after which the exception goes on
-as usual (a Ray task's caller gets its RayTaskError):
+Only while debugging is on (RANKSCOPE_DEBUG=1, the full level, or `enable_full_debugging()`),
+or where RANKSCOPE_POST_MORTEM=1 asks for it: otherwise the exception goes on at once, so a
+`post_mortem()` left in production code never holds a failing task. Three ways in, all ending
+in the same registry and timeout, after which the exception goes on as usual (a Ray task's
+caller gets its RayTaskError):
 - `rankscope.post_mortem()` in a worker: every task or actor method of this process;
 - RANKSCOPE_POST_MORTEM=1 in the job's environment: the same with no code change;
 - `@rankscope.post_mortem` on a function or class, or `with rankscope.post_mortem():`, for a
@@ -92,9 +95,9 @@ def post_mortem(target: Any = None, *, timeout: float | None = None) -> Any:
 
 
 def handle(exc: BaseException, tb: TracebackType | None, *, timeout: float | None = None) -> None:
-    """Serve one post-mortem session for `exc` unless one was served already."""
+    """Serve one post-mortem session for `exc` unless one was served already or debugging is off."""
     try:
-        if getattr(exc, _MARK, False):
+        if getattr(exc, _MARK, False) or not _sessions_wanted():
             return
         with contextlib.suppress(Exception):
             setattr(exc, _MARK, True)
@@ -141,9 +144,19 @@ def install_ray_hook(timeout: float | None = None) -> bool:
     return True
 
 
+def _sessions_wanted() -> bool:
+    from rankscope.debug.breakpoint import debugging_enabled
+
+    return debugging_enabled() or _env_asks()
+
+
+def _env_asks() -> bool:
+    return os.environ.get("RANKSCOPE_POST_MORTEM", "") in ("1", "true", "yes")
+
+
 def install_from_env() -> None:
     """RANKSCOPE_POST_MORTEM=1: install the hook when rankscope is imported in a Ray worker."""
-    if os.environ.get("RANKSCOPE_POST_MORTEM", "") in ("1", "true", "yes"):
+    if _env_asks():
         try:
             install_ray_hook()
         except Exception as exc:
