@@ -165,3 +165,19 @@ def test_non_tensor_entries_are_noted():
     report = compare({0: fps(0, {"w": ((1,), "float32", 1)}, ("step",))})
     assert report.skipped == ("step",)
     assert "note: 1 non-tensor entries not compared: step" in str(report)
+
+
+def test_the_copy_travels_on_the_gpu_only_when_every_rank_holds_it_there():
+    """Under NCCL, ranks mixing CPU and GPU copies must still pick the same group."""
+    from rankscope.consistency.analysis import plan_differences
+    from rankscope.consistency.model import Fingerprint, RankFingerprints
+
+    def ranks(devices: list[str]) -> dict[int, RankFingerprints]:
+        return {
+            r: RankFingerprints(r, (Fingerprint("w", (4,), "float32", r, device=d),))
+            for r, d in enumerate(devices)
+        }
+
+    [mixed] = plan_differences(ranks(["cuda:0", "cpu", "cuda:0"]))
+    [on_gpu] = plan_differences(ranks(["cuda:0", "cuda:1", "cuda:0"]))
+    assert not mixed.on_device and on_gpu.on_device

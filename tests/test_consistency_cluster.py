@@ -179,6 +179,12 @@ def test_raise_on_mismatch(ranks):
     assert run_all(ranks, "verify_raising", "identical")[0] == "no exception"
 
 
+def test_bad_input_on_one_rank_raises_on_every_rank_instead_of_hanging_the_others(ranks):
+    messages = run_all(ranks, "verify_bad_input_on", 2)
+    assert len(set(messages)) == 1
+    assert messages[0].startswith("verify_distributed_tensors('bad_input'): bad input on rank 2: ")
+
+
 def test_report_reaches_the_hub_as_an_event(ranks):
     run_all(ranks, "verify", "perturbed", operation_name="event_check")
     run_dir = os.environ["RANKSCOPE_RUN_DIR"]

@@ -114,6 +114,18 @@ class ConsistencyRank(GlooMember):
             return f"{type(exc).__name__}: {exc.report.summary}"
         return "no exception"
 
+    def verify_bad_input_on(self, bad_rank: int) -> str:
+        """One rank passes something that is not tensors; every rank must raise, none hang."""
+        import rankscope
+        from rankscope.errors import UserError
+
+        tensors = 42 if self.rank == bad_rank else case_tensors("identical", self.rank)
+        try:
+            rankscope.verify_distributed_tensors(tensors, operation_name="bad_input")
+        except UserError as exc:
+            return str(exc)
+        return "no exception"
+
     def verify_module(self, include_grads: bool, grad_rank: int | None) -> Any:
         import rankscope
 

@@ -179,7 +179,8 @@ def plan_differences(
         nbytes = prints[ref].nbytes
         exact = spent + nbytes <= budget_bytes
         spent += nbytes if exact else 0
-        plans.append(DiffPlan(name, ref, outliers, nbytes, exact))
+        on_device = all(f.device.startswith("cuda") for f in prints.values())
+        plans.append(DiffPlan(name, ref, outliers, nbytes, exact, on_device))
     return plans
 
 

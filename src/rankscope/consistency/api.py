@@ -73,18 +73,33 @@ def verify_distributed_tensors(
     from rankscope.consistency.flatten import flatten_tensors
     from rankscope.consistency.transport import decode, encode
 
-    _check_options(tolerance, reference, budget_bytes, deadline_s)
-    flat = flatten_tensors(tensor_dict, include_grads=include_grads)
+    if deadline_s <= 0:
+        raise UserError(f"deadline_s must be > 0 seconds, got {deadline_s}")
     transport = _transport(group, ranks, rank, deadline_s, f"verify/{operation_name}")
+    # Every rank reaches the first exchange, whatever its input: one rank raising before it
+    # would leave the others waiting in the collective until the backend's timeout.
     try:
-        mine = RankFingerprints(
-            transport.rank, tuple(fingerprint_tensors(flat.tensors)), flat.skipped
-        )
-    except Exception as exc:  # stay in step with the other ranks; report, do not hang them
-        log.warning("rankscope: could not fingerprint tensors: %s", exc)
-        mine = RankFingerprints(transport.rank, (), flat.skipped, f"{type(exc).__name__}: {exc}")
+        _check_options(tolerance, reference, budget_bytes, deadline_s)
+        flat = flatten_tensors(tensor_dict, include_grads=include_grads)
+    except UserError as exc:
+        mine = RankFingerprints(transport.rank, (), input_error=str(exc))
+    else:
+        try:
+            mine = RankFingerprints(
+                transport.rank, tuple(fingerprint_tensors(flat.tensors)), flat.skipped
+            )
+        except Exception as exc:  # stay in step with the other ranks; report, do not hang them
+            log.warning("rankscope: could not fingerprint tensors: %s", exc)
+            error = f"{type(exc).__name__}: {exc}"
+            mine = RankFingerprints(transport.rank, (), flat.skipped, error)
     first = transport.gather(encode(mine))
     everyone = {r: decode(p) for r, p in first.payloads.items()}
+    bad = {r: fp.input_error for r, fp in everyone.items() if fp.input_error}
+    if bad:
+        raise UserError(
+            f"verify_distributed_tensors({operation_name!r}): bad input on "
+            + "; ".join(f"rank {r}: {error}" for r, error in sorted(bad.items()))
+        )
     gathered = {r: fp for r, fp in everyone.items() if fp.error is None}
     plans = plan_differences(gathered, reference=reference, budget_bytes=budget_bytes)
     details: dict[int, RankDetails] = {}

@@ -101,6 +101,8 @@ class RankFingerprints:
     """Entries that were not tensors (ints, strings in a state dict): named, not compared."""
     error: str | None = None
     """Set when this rank could not fingerprint its tensors; it still takes part, uncompared."""
+    input_error: str | None = None
+    """Set when this rank's arguments are wrong: every rank then raises it, none hangs."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,9 @@ class DiffPlan:
     nbytes: int
     exact: bool
     """True when the tensor fits in the byte budget and its reference copy is exchanged."""
+    on_device: bool = False
+    """True when every rank holds it on a GPU: the copy then travels over NCCL. Computed from
+    every rank's fingerprints, so all ranks choose the same group for the same tensor."""
 
 
 _DTYPE_SIZES = {

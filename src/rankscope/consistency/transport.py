@@ -87,20 +87,19 @@ class TorchTransport:
         received: dict[str, torch.Tensor] = {}
         for plan in plans:  # the same plans in the same order on every rank: a collective each
             mine = local.get(plan.name)
-            on_gpu = mine is not None and mine.is_cuda
-            group, device = self._broadcast_route(on_gpu)
+            group, device = self._broadcast_route(plan.on_device)  # the same on every rank
             if self.rank == plan.reference and mine is not None:
                 buf = _raw_bytes(mine).to(device)
             else:
                 buf = torch.empty(plan.nbytes, dtype=torch.uint8, device=device)
             self._dist.broadcast(buf, src=plan.reference, group=group)
             if self.rank in plan.outliers and mine is not None:
-                received[plan.name] = buf.view(mine.dtype).view(mine.shape)
+                received[plan.name] = buf.view(mine.dtype).view(mine.shape).to(mine.device)
         return received
 
-    def _broadcast_route(self, on_gpu: bool) -> tuple[Any, torch.device]:
-        """CUDA tensors go over NCCL where they are; CPU tensors over gloo."""
-        if self.backend == "nccl" and on_gpu:
+    def _broadcast_route(self, on_device: bool) -> tuple[Any, torch.device]:
+        """Tensors on a GPU on every rank go over NCCL where they are; the rest over gloo."""
+        if self.backend == "nccl" and on_device:
             return self.group, torch.device("cuda", torch.cuda.current_device())
         if str(self._dist.get_backend(self.object_group)) == "gloo":
             return self.object_group, torch.device("cpu")
