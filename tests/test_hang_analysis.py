@@ -258,3 +258,34 @@ def test_a_rank_killed_inside_the_failed_collective_is_not_a_culprit():
     [failure] = [f for f in analyze_hang("j", evidence, NOW).findings if f.kind.value == "failed"]
     assert failure.ranks == (2,)
     assert "; rank 0 was in #3 when it died; rank 2 never entered #3" in failure.message
+
+
+class _FakeDeviceEvent:
+    """Stands in for a CUDA event on this CPU machine: fires when the test says so."""
+
+    fired = False
+
+    def query(self) -> bool:
+        return _FakeDeviceEvent.fired
+
+
+def test_device_backends_complete_when_their_event_fires_not_when_the_call_returns(tmp_path):
+    """NCCL enqueues and returns: a collective stuck on the GPU must not look completed."""
+    from rankscope.hang.recorder import CollectiveRecorder
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
+    try:
+        ring = CollectiveRecorder()
+        ring.device_backends, ring.make_event = ("gloo",), _FakeDeviceEvent
+        entry, generation = ring.begin("all_reduce", False, None, [torch.ones(2)], ("t.py", 1))
+        ring.returned(entry, generation)
+        _FakeDeviceEvent.fired = False
+        [running] = ring.snapshot().records
+        stuck = ring.in_flight(older_than=running.start + 1)
+        _FakeDeviceEvent.fired = True
+        [done] = ring.snapshot().records
+    finally:
+        dist.destroy_process_group()
+    assert running.state is CallState.STARTED and running.end is None
+    assert stuck is not None and stuck.seq == running.seq  # what the watchdog sees
+    assert done.state is CallState.COMPLETED and done.end is not None

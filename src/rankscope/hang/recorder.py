@@ -6,6 +6,12 @@ come from the process group's own counter when torch keeps one, so ranks stay al
 a probe started late; otherwise from a counter of ours per group. Async work is completed when
 its `wait()` returns. The wrapper costs about a microsecond and never changes what the call
 does or raises.
+
+With NCCL (any backend whose work runs asynchronously on a device), the Python call returns as
+soon as the work is enqueued: a collective stuck on the GPU would look completed. For those the
+recorder records a CUDA event on the current stream after the call and marks the call completed
+only when `event.query()` turns true, polled from the probe and watchdog threads (never
+synchronizing the training stream).
 """
 
 from __future__ import annotations
@@ -45,6 +51,16 @@ COLLECTIVES = (
 )
 POINT_TO_POINT = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 DEFAULT_CAPACITY = 2000
+DEVICE_BACKENDS = ("nccl",)
+"""Backends whose collectives complete on the GPU after the Python call returns."""
+
+
+def _cuda_event() -> Any:
+    import torch
+
+    event = torch.cuda.Event()
+    event.record()  # on the current stream, where the collective's work was enqueued
+    return event
 
 
 class _Entry:
@@ -52,6 +68,7 @@ class _Entry:
 
     __slots__ = (
         "caller",
+        "device",
         "dtypes",
         "end",
         "error",
@@ -59,6 +76,7 @@ class _Entry:
         "group",
         "op",
         "p2p",
+        "pending",
         "seq",
         "shapes",
         "start",
@@ -76,6 +94,10 @@ class _Entry:
     end: float | None
     state: CallState
     error: str
+    device: bool
+    """The group's work completes on a device (NCCL), after the Python call returns."""
+    pending: Any
+    """The device event that completes this call, while it has not fired."""
 
     def __init__(self) -> None:
         self.generation = -1
@@ -121,8 +143,42 @@ class CollectiveRecorder:
         self._ring = [_Entry() for _ in range(capacity)]
         self.total = 0
         """Calls recorded since the start (the ring keeps the last `capacity`)."""
-        self._groups: dict[int, tuple[str, tuple[int, ...], Any]] = {}
+        self._groups: dict[int, tuple[str, tuple[int, ...], Any, bool]] = {}
         self._own_seq: dict[str, int] = collections.defaultdict(int)
+        self._pending: collections.deque[tuple[_Entry, int]] = collections.deque()
+        self.device_backends: tuple[str, ...] = DEVICE_BACKENDS
+        """Backends whose work completes on a device after the call returns."""
+        self.make_event: Callable[[], Any] = _cuda_event
+        """An event recorded on the current stream now; `.query()` is True once it fired."""
+
+    def returned(self, entry: _Entry, generation: int) -> None:
+        """The Python call returned: done, or for device backends, done when its event fires."""
+        if entry.generation != generation:
+            return
+        if entry.device:
+            try:
+                entry.pending = self.make_event()
+                self._pending.append((entry, generation))
+                return
+            except Exception:  # no usable device event: the host's view is all we have
+                entry.pending = None
+        entry.end = time.time()
+        entry.state = CallState.COMPLETED
+
+    def poll(self) -> None:
+        """Complete the device calls whose events fired; never waits on the device."""
+        for _ in range(len(self._pending)):
+            entry, generation = self._pending.popleft()
+            if entry.generation != generation or entry.state is not CallState.STARTED:
+                continue  # reused for a later call, or failed meanwhile
+            try:
+                fired = bool(entry.pending.query())
+            except Exception:
+                fired = False
+            if fired:
+                entry.end, entry.state, entry.pending = time.time(), CallState.COMPLETED, None
+            else:
+                self._pending.append((entry, generation))
 
     def begin(
         self, op: str, p2p: bool, group: Any, tensors: Sequence[Any], caller: tuple[str, int]
@@ -131,7 +187,7 @@ class CollectiveRecorder:
         known = self._groups.get(id(group))
         if known is None:
             known = self._groups[id(group)] = self._describe(group)
-        name, _, pg = known
+        name, _, pg, device = known
         if p2p:
             seq = self._own_counter(f"{name}/p2p")
         else:
@@ -150,7 +206,7 @@ class CollectiveRecorder:
         entry.group, entry.seq, entry.op, entry.p2p = name, seq, op, p2p
         entry.shapes, entry.dtypes, entry.caller = shapes, dtypes, caller
         entry.start, entry.end, entry.state = time.time(), None, CallState.STARTED
-        entry.error = ""
+        entry.error, entry.device, entry.pending = "", device, None
         entry.generation = generation
         self.total = generation + 1
         return entry, generation
@@ -166,23 +222,25 @@ class CollectiveRecorder:
 
     def snapshot(self, last: int | None = None) -> RecorderSnapshot:
         """The ring buffer (only its `last` calls when given), frozen for sending."""
+        self.poll()
         entries = self._ordered(last)
         dropped = max(0, self.total - self.capacity)
         return RecorderSnapshot(
             records=tuple(e.freeze() for e in entries),
-            groups={name: ranks for name, ranks, _ in self._groups.values()},
+            groups={name: ranks for name, ranks, _, _ in self._groups.values()},
             dropped=dropped,
             recording=_installed is not None,
         )
 
     def in_flight(self, older_than: float) -> CollectiveRecord | None:
         """The oldest call still running that started before `older_than` (for the watchdog)."""
+        self.poll()
         for entry in self._ordered(last=16):
             if entry.state is CallState.STARTED and entry.start < older_than:
                 return entry.freeze()
         return None
 
-    def _describe(self, group: Any) -> tuple[str, tuple[int, ...], Any]:
+    def _describe(self, group: Any) -> tuple[str, tuple[int, ...], Any, bool]:
         import torch.distributed as dist
 
         pg = group if group is not None else dist.distributed_c10d._get_default_group()
@@ -190,7 +248,12 @@ class CollectiveRecorder:
             ranks = tuple(dist.get_process_group_ranks(pg))
         except Exception:
             ranks = ()
-        return str(getattr(pg, "group_name", "") or id(pg)), ranks, pg
+        try:
+            backend = str(dist.get_backend(pg))
+        except Exception:
+            backend = ""
+        device = any(b in backend for b in self.device_backends)
+        return str(getattr(pg, "group_name", "") or id(pg)), ranks, pg, device
 
     def _own_counter(self, key: str) -> int:
         self._own_seq[key] += 1
@@ -209,7 +272,7 @@ class _RecordedWork:
         except BaseException as exc:
             self._entry.fail(exc, self._generation)
             raise
-        self._entry.finish(CallState.COMPLETED, self._generation)
+        _recorder.returned(self._entry, self._generation)
         return result
 
     def is_completed(self) -> bool:
@@ -321,14 +384,16 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             entry.fail(exc, generation)
             raise
         if result is None:  # a synchronous call returned: done (inlined, the hot path)
-            if entry.generation == generation:
+            if entry.device:
+                _recorder.returned(entry, generation)
+            elif entry.generation == generation:
                 entry.end = now()
                 entry.state = completed
             return None
         if not _is_work(result):
             if isinstance(result, list) and result and _is_work(result[0]):
                 return [_RecordedWork(w, entry, generation) for w in result]
-            entry.finish(CallState.COMPLETED, generation)
+            _recorder.returned(entry, generation)
             return result
         return _RecordedWork(result, entry, generation)
 
