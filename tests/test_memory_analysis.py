@@ -22,13 +22,14 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 NODE = 64 * GIB
 
 
-def recorded(name: str) -> dict:
+def handmade(name: str) -> dict:
+    """A torch.cuda.memory_stats() fixture written by hand (not captured on a GPU)."""
     with open(os.path.join(DATA, f"cuda_memory_stats_{name}.json")) as f:
         return json.load(f)
 
 
 def cuda_of(name: str) -> CudaMemory:
-    rec = recorded(name)
+    rec = handmade(name)
     free, total = rec["mem_get_info"]
     return cuda_memory_from_stats(rec["memory_stats"], device=rec["device"], free=free, total=total)
 
@@ -148,7 +149,7 @@ def test_thresholds_validate_themselves():
 # --------------------------------------------------------------- CUDA stats
 def test_stats_reader_uses_torch_key_names():
     c = cuda_of("fragmented")
-    stats = recorded("fragmented")["memory_stats"]
+    stats = handmade("fragmented")["memory_stats"]
     assert c.allocated == stats["allocated_bytes.all.current"]
     assert c.reserved == stats["reserved_bytes.all.current"]
     assert c.active == stats["active_bytes.all.current"]
@@ -156,7 +157,7 @@ def test_stats_reader_uses_torch_key_names():
     assert c.peak_allocated == stats["allocated_bytes.all.peak"]
     assert (c.num_alloc_retries, c.num_ooms) == (37, 1)
     assert c.device_total == 85029158912
-    assert c.device_used == c.device_total - recorded("fragmented")["mem_get_info"][0]
+    assert c.device_used == c.device_total - handmade("fragmented")["mem_get_info"][0]
 
 
 def test_unused_allocator_reads_as_zero():
@@ -192,7 +193,7 @@ def test_fragmentation_message_has_the_numbers():
 
 # -------------------------------------------------------------------- OOMs
 def test_parse_torch2_oom_message():
-    p = analysis.parse_cuda_oom(recorded("fragmented")["oom_message"])
+    p = analysis.parse_cuda_oom(handmade("fragmented")["oom_message"])
     assert p is not None
     assert p.requested == int(3.5 * GIB)
     assert p.total == pytest.approx(79.19 * GIB, rel=1e-6)
@@ -218,7 +219,7 @@ def test_not_an_oom_message():
 
 
 def oom(name: str, phase: str | None = None) -> tuple[Verdict, ...]:
-    rec = recorded(name)
+    rec = handmade(name)
     evidence = analysis.OomEvidence("OutOfMemoryError", rec["oom_message"], None, phase)
     return tuple(f.verdict for f in analysis.classify_oom(evidence))
 

@@ -94,7 +94,7 @@ def test_memory_error_writes_a_verdict_and_reraises(tmp_path):
     assert guard.last_report is not None and guard.last_report.path == str(written)
 
 
-def recorded_oom_message(name: str) -> str:
+def handmade_oom_message(name: str) -> str:
     with open(os.path.join(DATA, f"cuda_memory_stats_{name}.json")) as f:
         return json.load(f)["oom_message"]
 
@@ -104,7 +104,7 @@ def test_cuda_oom_as_decorator_finds_fragmentation(tmp_path):
 
     @rankscope.oom_guard(target)
     def step() -> None:
-        raise torch.OutOfMemoryError(recorded_oom_message("fragmented"))
+        raise torch.OutOfMemoryError(handmade_oom_message("fragmented"))
 
     with pytest.raises(torch.OutOfMemoryError):
         step()
@@ -118,7 +118,7 @@ def test_cuda_oom_as_decorator_finds_fragmentation(tmp_path):
 
 class Exploding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        raise torch.OutOfMemoryError(recorded_oom_message("outside_pytorch"))
+        raise torch.OutOfMemoryError(handmade_oom_message("outside_pytorch"))
 
 
 def test_oom_in_forward_also_blames_activations(tmp_path):
