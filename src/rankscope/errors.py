@@ -24,8 +24,16 @@ class NoClusterError(UserError):
     """No Ray cluster is running where we looked, or the address does not answer."""
 
 
+class ClusterAuthError(NoClusterError):
+    """The cluster requires a Ray auth token and we have none, or it refuses ours."""
+
+
 class NoHubError(UserError):
     """The cluster has no rankscope hub: no process called `rankscope.init()`."""
+
+
+class HubUnavailableError(NoHubError):
+    """The hub exists but does not answer now: restarting, gone, or busy past the deadline."""
 
 
 class VersionMismatchError(UserError):

@@ -1,7 +1,8 @@
 """The CLI's side of the runtime: join a cluster, find its hub, ask it things.
 
-Errors a user can cause (no cluster, an address that does not answer, no hub, another
-rankscope version on the cluster) come out as `UserError`s whose message says what to do.
+Errors a user can cause (no cluster, an address that does not answer, a missing or wrong Ray
+auth token, no hub, a hub that is restarting, another rankscope version on the cluster) come out
+as `UserError`s whose message says what to do.
 """
 
 from __future__ import annotations
@@ -9,16 +10,29 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from rankscope._version import __version__
-from rankscope.errors import NoClusterError, NoHubError, UserError, VersionMismatchError
+from rankscope.errors import (
+    HubUnavailableError,
+    NoClusterError,
+    NoHubError,
+    UserError,
+    VersionMismatchError,
+)
+from rankscope.runtime.auth import prepare_token_auth
 from rankscope.runtime.protocol import FanOutResult, HubInfo, ProbeState, ProbeStatus
 from rankscope.runtime.selection import select_jobs
 
 CONNECT_TIMEOUT_S = 3.0
 HUB_CALL_TIMEOUT_S = 30.0
+"""The longest a call to a live hub may take (a fan-out: its deadline more)."""
+HUB_RESTART_WAIT_S = 10.0
+"""The longest a call waits for a hub that Ray is restarting."""
+HUB_POLL_S = 1.0
+HUB_RESTARTING_STATES = frozenset({"RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY"})
 
 _HOW_TO_POINT = (
     "start one with `ray start --head` (or run your job), or point at one with "
@@ -27,14 +41,23 @@ _HOW_TO_POINT = (
 
 
 def connect(address: str | None) -> None:
-    """Join the Ray cluster at `address` (else RAY_ADDRESS, else a local one) as a client."""
+    """Join the Ray cluster at `address` (else RAY_ADDRESS, else a local one) as a client.
+
+    With the token the cluster wants, if it wants one (see `runtime.auth`), whichever way the
+    address was given: a local cluster is resolved to its address first, so that one rule
+    decides for all three.
+    """
     import ray
 
     if ray.is_initialized():
         return
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
-    if target != "auto":
-        _check_reachable(target)
+    local = target == "auto"
+    if local:
+        target = _local_cluster()
+    _check_reachable(target)
+    if "://" not in target:  # ray://: Ray Client, which authenticates its own way
+        prepare_token_auth(target)
     try:
         ray.init(
             address=target,
@@ -42,11 +65,24 @@ def connect(address: str | None) -> None:
             log_to_driver=False,
         )
     except ConnectionError:
-        if target == "auto":
+        if local:
             raise NoClusterError(
                 f"no Ray cluster is running on this machine: {_HOW_TO_POINT}"
             ) from None
         raise NoClusterError(f"no Ray cluster answers at {target}: {_HOW_TO_POINT}") from None
+
+
+def _local_cluster() -> str:
+    """The address `ray.init(address="auto")` would join (Ray's own lookup), or a clear error."""
+    from ray._private import services
+
+    try:
+        found = services.canonicalize_bootstrap_address("auto")
+    except ConnectionError:
+        found = None
+    if not found:
+        raise NoClusterError(f"no Ray cluster is running on this machine: {_HOW_TO_POINT}")
+    return found
 
 
 def _check_reachable(address: str) -> None:
@@ -74,8 +110,6 @@ class HubClient:
     @classmethod
     def attach(cls, address: str | None = None, *, check_version: bool = True) -> HubClient:
         """Connect to the cluster and find its hub; never starts a hub."""
-        import ray
-
         from rankscope.runtime.hub import find_hub
 
         connect(address)
@@ -88,7 +122,7 @@ class HubClient:
             )
         client = cls(handle)
         if check_version:
-            hub_version = ray.get(handle.ping.remote(), timeout=HUB_CALL_TIMEOUT_S)
+            hub_version = client._get(handle.ping.remote())
             if hub_version != __version__:
                 raise VersionMismatchError(
                     f"the cluster's rankscope hub runs version {hub_version}, this CLI is "
@@ -134,13 +168,74 @@ class HubClient:
         """Ask `probes` to run `kind`; the hub waits up to `deadline_s` for their replies."""
         ids = [p.info.probe_id for p in probes]
         ref = self.handle.fan_out.remote(kind, args, probe_ids=ids, deadline_s=deadline_s)
-        return self._get(ref)
+        return self._get(ref, HUB_CALL_TIMEOUT_S + (deadline_s or 0.0))
 
-    @staticmethod
-    def _get(ref: Any) -> Any:
+    def _get(self, ref: Any, timeout_s: float = HUB_CALL_TIMEOUT_S) -> Any:
+        """The call's result; a hub that is restarting, gone or too slow raises one clear line.
+
+        Waits up to `timeout_s` for a live hub, and up to HUB_RESTART_WAIT_S for one that Ray
+        is restarting (it restarts the hub, `max_restarts=-1`, with its state lost).
+        """
         import ray
+        from ray.exceptions import RayActorError
 
-        return ray.get(ref, timeout=HUB_CALL_TIMEOUT_S)
+        start = time.monotonic()
+        restarting_since: float | None = None
+        while True:
+            left = timeout_s - (time.monotonic() - start)
+            ready, _ = ray.wait([ref], timeout=max(0.0, min(HUB_POLL_S, left)))
+            if ready:
+                try:
+                    return ray.get(ref)
+                except RayActorError as exc:
+                    raise hub_call_error(exc, hub_state(self.handle), timeout_s) from None
+            now = time.monotonic()
+            state = hub_state(self.handle)
+            if state in HUB_RESTARTING_STATES:
+                restarting_since = now if restarting_since is None else restarting_since
+            else:
+                restarting_since = None
+            if (
+                state == "DEAD"
+                or now - start >= timeout_s
+                or (restarting_since is not None and now - restarting_since >= HUB_RESTART_WAIT_S)
+            ):
+                raise hub_call_error(None, state, timeout_s)
+
+
+def hub_state(handle: Any) -> str | None:
+    """The hub actor's state in Ray's GCS (ALIVE, RESTARTING, DEAD, ...), None if unknown."""
+    try:  # best effort: the GCS's actor table through Ray's private state module
+        from ray._private import state
+
+        info = state.actors(handle._actor_id.hex())
+    except Exception:
+        return None
+    return str(info["State"]) if isinstance(info, dict) and info.get("State") else None
+
+
+def hub_call_error(error: Exception | None, state: str | None, timeout_s: float) -> UserError:
+    """The one line for a hub call that failed (`error`, a RayActorError) or got no answer (None).
+
+    `state` is the hub's state in the GCS after the failure. Ray fails calls to a restarting
+    actor with ActorUnavailableError; a call lost in a restart can also end in another
+    RayActorError while the actor is already back (ALIVE) or still restarting.
+    """
+    from ray.exceptions import ActorUnavailableError
+
+    restarting = state in HUB_RESTARTING_STATES
+    back = error is not None and state == "ALIVE"
+    if isinstance(error, ActorUnavailableError) or restarting or back:
+        return HubUnavailableError("the rankscope hub is restarting; try again in a few seconds")
+    if error is not None or state == "DEAD":
+        return HubUnavailableError(
+            "the rankscope hub is gone (killed, or its node died): the job's probes start a new "
+            "one within seconds; try again then"
+        )
+    return HubUnavailableError(
+        f"the rankscope hub did not answer within {timeout_s:g} s: it is alive but busy; try "
+        "again in a moment"
+    )
 
 
 def check_probe_versions(probes: list[ProbeStatus]) -> None:
