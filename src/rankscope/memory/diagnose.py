@@ -1,11 +1,11 @@
 """`rankscope diagnose --mode memory_profile`: every rank's memory and verdicts, as JSON + HTML.
 
-Both files go into the hub's run directory, under the job id, and their paths are printed.
+Both files go into the hub's run directory, under the job id, written through the hub (the run
+directory is on its node), and their paths there are printed.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -13,7 +13,7 @@ from rich.console import Console
 
 from rankscope.memory.collect import JobMemory, cluster_memory
 from rankscope.memory.render import render
-from rankscope.memory.report import ProcessSection, write_report
+from rankscope.memory.report import ProcessSection, render_report
 from rankscope.runtime.client import HubClient
 
 NO_PROFILER_NOTE = "no MemoryProfiler in this process: one snapshot"
@@ -32,9 +32,8 @@ def memory_profile(address: str | None, job: str | None, as_json: bool, console:
 
     client = HubClient.attach(address)
     views = cluster_memory(address, job, history=True, client=client)
-    run_dir = client.info().run_dir
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    written = [write_job(run_dir, stamp, v) for v in views]
+    written = [write_job(client, stamp, v) for v in views]
     if as_json:
         console.print_json(
             to_json(
@@ -76,20 +75,19 @@ def sections(job: JobMemory) -> list[ProcessSection]:
     return out
 
 
-def write_job(run_dir: str, stamp: str, job: JobMemory) -> MemoryProfileFiles:
+def write_job(client: HubClient, stamp: str, job: JobMemory) -> MemoryProfileFiles:
+    """Both files into the run directory through the hub, as every other writer does: the run
+    directory lives on the hub's node, not necessarily on the machine the CLI runs on."""
     from rankscope.cli.output import to_json
 
-    directory = os.path.join(run_dir, job.view.job_id or "no-job")
-    os.makedirs(directory, exist_ok=True)
-    base = os.path.join(directory, f"memory-profile-{stamp}")
-    files = MemoryProfileFiles(job.view.job_id, base + ".json", base + ".html")
+    job_id = job.view.job_id or "no-job"
+    base = f"memory-profile-{stamp}"
     payload = {"memory": job.view, "replies": list(job.replies.values())}
-    with open(files.json_path, "w") as f:
-        f.write(to_json("diagnose.memory_profile", payload))
-    write_report(
-        files.html_path,
-        f"rankscope memory profile: job {job.view.job_id}",
-        sections(job),
-        overview=True,
+    json_path = client.write_artifact(
+        job_id, base + ".json", to_json("diagnose.memory_profile", payload)
     )
-    return files
+    html = render_report(
+        f"rankscope memory profile: job {job.view.job_id}", sections(job), overview=True
+    )
+    html_path = client.write_artifact(job_id, base + ".html", html)
+    return MemoryProfileFiles(job.view.job_id, json_path, html_path)

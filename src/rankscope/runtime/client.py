@@ -157,6 +157,11 @@ class HubClient:
     def info(self) -> HubInfo:
         return self._get(self.handle.info.remote())
 
+    def write_artifact(self, job_id: str, name: str, text: str) -> str:
+        """Write `<run_dir>/<job>/<name>` on the hub's node, atomically; returns its path there."""
+        path: str = self._get(self.handle.write_artifact.remote(job_id, name, text))
+        return path
+
     def fan_out(
         self,
         kind: str,
