@@ -129,6 +129,11 @@ def bench_stacks(ray: Any, trials: int) -> None:
         f"  whole `rankscope stacks` CLI process      : median {c * 1000:7.1f} ms "
         "(Python start, Ray connect, stacks)"
     )
+    print(
+        f"  ratio py-spy (8 pids) / whole CLI process : {s / c:7.1f}x  (like for like: each a "
+        "fresh process; py-spy reaches only this node's pids and needs ptrace rights, the CLI "
+        "every node's)"
+    )
 
 
 def _fmt(values: list[float]) -> str:
