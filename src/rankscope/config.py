@@ -35,6 +35,13 @@ class Config:
     """A probe silent for this long is checked for liveness and shown as dead or unresponsive."""
     command_deadline: float = 3.0
     """Seconds the hub waits for probes to answer a command before calling them unresponsive."""
+    handler_budget: float = 2.0
+    """Seconds a probe waits for a heavy command (`memory`), run on its own worker thread, before
+    answering that it took too long; keep it below `command_deadline` (and the CLI's 3 s) so the
+    error, not silence, reaches the user. Light commands (stacks) run inline and have no limit."""
+    suspects_interval: float = 10.0
+    """Seconds the `memory` command reuses its last tracemalloc comparison (the suspects) before
+    taking a new tracemalloc snapshot, which holds the GIL for its whole duration; 0: every time."""
     event_queue_size: int = 10_000
     """Events a probe buffers while the hub is away; older ones are dropped and counted."""
     hub_event_queue_size: int = 100_000
@@ -51,9 +58,17 @@ class Config:
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise UserError(f"RANKSCOPE_LEVEL={self.level!r} is not one of {', '.join(LEVELS)}")
-        for name in ("heartbeat_interval", "dead_after", "command_deadline", "hang_timeout"):
+        for name in (
+            "heartbeat_interval",
+            "dead_after",
+            "command_deadline",
+            "hang_timeout",
+            "handler_budget",
+        ):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        if self.suspects_interval < 0:
+            raise UserError(f"suspects_interval must be >= 0 seconds, got {self.suspects_interval}")
 
     @classmethod
     def from_env(cls, **overrides: object) -> Config:

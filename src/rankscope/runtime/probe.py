@@ -2,8 +2,9 @@
 
 It registers, heartbeats through a long poll, runs the commands the hub hands it on its own
 thread (so it answers while the main thread is blocked in a collective: gloo and NCCL waits
-release the GIL) and batches events. When the hub is unreachable it backs off and reconnects;
-no error of its own ever reaches the training code.
+release the GIL) and batches events. Heavy commands (`memory`) run on one worker thread within a
+time budget, so a slow handler never stalls the heartbeat or piles up requests. When the hub is
+unreachable it backs off and reconnects; no error of its own ever reaches the training code.
 """
 
 from __future__ import annotations
@@ -36,21 +37,36 @@ log = logging.getLogger("rankscope")
 OWN_THREAD_PREFIX = "rankscope-"
 """Every thread rankscope starts is named so; `rankscope stacks` leaves them out."""
 PROBE_THREAD_NAME = OWN_THREAD_PREFIX + "probe"
+HANDLER_THREAD_NAME = OWN_THREAD_PREFIX + "handler"
+"""The worker thread that runs heavy (off-thread) handlers."""
 Handler = Callable[[dict[str, Any]], Any]
 Summary = Callable[[], Any]
 Startup = Callable[["Probe"], None]
 _HANDLERS: dict[str, Handler] = {}
+_OFF_THREAD: set[str] = set()
+"""Kinds whose handlers run on the worker thread, within `Config.handler_budget`."""
 _SUMMARIES: dict[str, Summary] = {}
 _STARTUPS: list[Startup] = []
 step_hooks: list[Callable[[], None]] = []
 """Called by every `rankscope.step()`; each must return at once when it has nothing to do."""
 
 
-def register_handler(kind: str) -> Callable[[Handler], Handler]:
-    """Make `kind` a command probes answer; features register theirs at import time."""
+def register_handler(kind: str, *, off_thread: bool = False) -> Callable[[Handler], Handler]:
+    """Make `kind` a command probes answer; features register theirs at import time.
+
+    A light handler (the default) runs inline on the probe thread, so it answers while the main
+    thread waits in a collective; it must return in milliseconds. A heavy one (`off_thread=True`)
+    runs on the probe's one worker thread, one command at a time: the probe waits for it at most
+    `Config.handler_budget` seconds, then answers that it took too long, and answers "still busy"
+    to a command that comes while the previous one still runs.
+    """
 
     def decorate(fn: Handler) -> Handler:
         _HANDLERS[kind] = fn
+        if off_thread:
+            _OFF_THREAD.add(kind)
+        else:
+            _OFF_THREAD.discard(kind)
         return fn
 
     return decorate
@@ -96,6 +112,80 @@ class _ProgressCounter:
 progress = _ProgressCounter()
 
 
+class _Job:
+    """One heavy command on the worker thread; `done` is set when its handler returned."""
+
+    def __init__(self, kind: str, fn: Handler, args: dict[str, Any]) -> None:
+        self.kind, self.fn, self.args = kind, fn, args
+        self.done = threading.Event()
+        self.ok = False
+        self.payload: Any = None
+        self.error = ""
+
+    def run(self) -> None:
+        try:
+            self.payload, self.ok = self.fn(self.args), True
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.debug("rankscope handler %s failed:\n%s", self.kind, traceback.format_exc())
+
+
+class HandlerWorker:
+    """The one thread that runs heavy handlers: one command at a time and none queued, so a
+    slow handler costs the process one thread's work, never a growing backlog."""
+
+    def __init__(self, name: str = HANDLER_THREAD_NAME) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._current: _Job | None = None
+        """The job started and not yet returned (it may run past its budget)."""
+        self._next: _Job | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def submit(self, kind: str, fn: Handler, args: dict[str, Any]) -> _Job | str:
+        """Start `fn(args)`; when an earlier job still runs, the one-line reason it cannot."""
+        with self._lock:
+            if self._current is not None:
+                return f"still busy with the previous {self._current.kind} request; try again"
+            if self._stopped:
+                return "the probe is stopping"
+            job = self._current = self._next = _Job(kind, fn, args)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+            self._wake.notify()
+            return job
+
+    @property
+    def busy_with(self) -> str | None:
+        """The kind of the job still running, if any."""
+        with self._lock:
+            return None if self._current is None else self._current.kind
+
+    def stop(self) -> None:
+        """Let the thread end once its job (if any) returns; a handler is never interrupted."""
+        with self._lock:
+            self._stopped = True
+            self._wake.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while self._next is None and not self._stopped:
+                    self._wake.wait()
+                if self._next is None:
+                    return
+                job, self._next = self._next, None
+            try:
+                job.run()
+            finally:  # free the slot before `done`: a command right after is not "busy"
+                with self._lock:
+                    self._current = None
+                job.done.set()
+
+
 class Probe:
     """One per process; start with `rankscope.init()`, never directly."""
 
@@ -110,6 +200,7 @@ class Probe:
         self._registered: RankContext | None = None
         self._create_time = _process_create_time()
         self.connected = threading.Event()
+        self._worker = HandlerWorker()
         self._thread = threading.Thread(target=self._run, name=PROBE_THREAD_NAME, daemon=True)
 
     # ---------------------------------------------------------------- public
@@ -123,6 +214,7 @@ class Probe:
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        self._worker.stop()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
@@ -199,16 +291,35 @@ class Probe:
         self.connected.set()
 
     def _answer(self, command: Command) -> None:
+        self._hub.reply.remote(self.run_command(command), command.id)
+
+    def run_command(self, command: Command) -> CommandResult:
+        """The reply to `command`; never raises. An off-thread handler holds the caller at most
+        `config.handler_budget` seconds (longer only while C code keeps the GIL)."""
         handler = _HANDLERS.get(command.kind)
         if handler is None:
-            result = CommandResult(self.probe_id, False, error=f"unknown command {command.kind}")
-        else:
-            try:
-                result = CommandResult(self.probe_id, True, payload=handler(command.args))
-            except Exception as exc:
-                result = CommandResult(self.probe_id, False, error=f"{type(exc).__name__}: {exc}")
-                log.debug("rankscope handler %s failed:\n%s", command.kind, traceback.format_exc())
-        self._hub.reply.remote(result, command.id)
+            return CommandResult(self.probe_id, False, error=f"unknown command {command.kind}")
+        if command.kind in _OFF_THREAD:
+            return self._run_off_thread(command, handler)
+        try:
+            return CommandResult(self.probe_id, True, payload=handler(command.args))
+        except Exception as exc:
+            log.debug("rankscope handler %s failed:\n%s", command.kind, traceback.format_exc())
+            return CommandResult(self.probe_id, False, error=f"{type(exc).__name__}: {exc}")
+
+    def _run_off_thread(self, command: Command, handler: Handler) -> CommandResult:
+        job = self._worker.submit(command.kind, handler, command.args)
+        if isinstance(job, str):
+            return CommandResult(self.probe_id, False, error=job)
+        budget = self.config.handler_budget
+        if not job.done.wait(budget):
+            log.debug("rankscope handler %s still runs after %.1fs", command.kind, budget)
+            error = (
+                f"{command.kind} took longer than {_seconds(budget)} s; answered nothing "
+                "(the process is busy); try again"
+            )
+            return CommandResult(self.probe_id, False, error=error)
+        return CommandResult(self.probe_id, job.ok, payload=job.payload, error=job.error)
 
     def _take_events(self) -> tuple[Event, ...]:
         with self._events_lock:
@@ -233,6 +344,11 @@ def _summaries() -> dict[str, Any]:
         except Exception as exc:
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
+
+
+def _seconds(value: float) -> str:
+    """2.0 -> "2.0", 0.25 -> "0.25": one decimal at least, as many as the value has."""
+    return f"{value:.1f}" if value == round(value, 1) else f"{value:g}"
 
 
 def _identity(context: RankContext | None) -> RankContext | None:
