@@ -78,6 +78,50 @@ def test_tracemalloc_suspect_is_the_leaking_line():
     assert tracemalloc.is_tracing() == was_tracing  # the profiler stopped what it started
 
 
+def test_memory_command_reuses_the_suspects_within_the_interval(monkeypatch):
+    """`memory --watch` asks every 2 s: one tracemalloc comparison serves every request until
+    the interval has passed; the profiler counts the snapshots it takes."""
+    from rankscope.config import Config
+    from rankscope.memory.handler import current_memory
+    from rankscope.memory.model import RankMemoryReply
+    from rankscope.runtime.probe import Probe
+    from rankscope.runtime.protocol import Command
+
+    monkeypatch.setenv("RANKSCOPE_SUSPECTS_INTERVAL", "3600")
+    kept: list[str] = []
+    with rankscope.MemoryProfiler(track_allocations=True) as profiler:
+        for i in range(10):
+            grow(kept, i)
+            profiler.take_snapshot(step=i)
+        assert profiler.tracemalloc_snapshots == 1  # the baseline, when the warm-up ended
+        assert profiler.suspects_age_s is None
+        probe = Probe(Config.from_env(handler_budget=60.0))  # the probe's own dispatch
+        replies = []
+        for i in range(3):
+            grow(kept, 100 + i)  # more growth between requests: not seen until recomputed
+            reply = probe.run_command(Command(f"memory-{i}", "memory", {}))
+            assert reply.ok, reply.error
+            assert isinstance(reply.payload, RankMemoryReply)
+            replies.append(reply.payload)
+        probe.stop()
+        assert profiler.tracemalloc_snapshots == 2  # one comparison for three requests
+        first = replies[0].suspects
+        assert first and first[0].line.endswith("# the leaking line")
+        assert all(r.suspects == first for r in replies)
+        assert all(r.has_profiler and r.snapshot.rss > 0 for r in replies)
+        assert profiler.suspects_age_s is not None and profiler.suspects_age_s >= 0
+
+        fresh = current_memory(suspects_max_age_s=0).suspects  # 0: compare every time
+        assert profiler.tracemalloc_snapshots == 3
+        assert fresh[0].location == first[0].location
+        assert fresh[0].size_diff > first[0].size_diff  # the growth since, now seen
+        assert profiler.leak_report().suspects[0].size_diff == fresh[0].size_diff
+        assert profiler.tracemalloc_snapshots == 4  # leak_report() alone never reuses
+
+        assert isinstance(profiler.leak_detected, bool)
+        assert profiler.tracemalloc_snapshots == 4  # the yes/no takes no snapshot
+
+
 # ------------------------------------------------------------------ oom_guard
 def test_memory_error_writes_a_verdict_and_reraises(tmp_path):
     guard = rankscope.oom_guard(tmp_path)

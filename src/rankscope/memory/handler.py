@@ -1,31 +1,45 @@
 """The probe's `memory` command: this process's memory now, and its profiler's verdicts.
 
-Runs on the probe thread. It never imports torch and never creates a CUDA context: CUDA is read
-only in a process that already initialised it.
+Runs on the probe's worker thread (`off_thread`), within the probe's handler budget. It never
+imports torch and never creates a CUDA context: CUDA is read only in a process that already
+initialised it. Its costly part, the tracemalloc comparison behind the suspects, holds the GIL
+while it runs, so it is redone at most every `Config.suspects_interval` seconds (`rankscope
+memory --watch` asks every 2 s); the replies in between carry the last suspects.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rankscope.config import Config
 from rankscope.memory import analysis
 from rankscope.memory import snapshot as snap
 from rankscope.memory.model import RankMemoryReply
 from rankscope.memory.profiler import active_profiler
+from rankscope.runtime.api import current_probe
 from rankscope.runtime.probe import progress, register_handler
 
 HISTORY_LIMIT = 400
 """Profiler snapshots sent back at most (thinned evenly), so replies stay small."""
 
 
-def current_memory(*, history: bool = False) -> RankMemoryReply:
-    """This process's memory as the `memory` command reports it."""
+def current_memory(
+    *, history: bool = False, suspects_max_age_s: float | None = None
+) -> RankMemoryReply:
+    """This process's memory as the `memory` command reports it; the suspects are reused while
+    younger than `suspects_max_age_s` (default: the probe's `suspects_interval`; 0: never)."""
     profiler = active_profiler()
     device = profiler.device if profiler is not None else _initialised_cuda_device()
     now = snap.take_snapshot(step=progress.step, tag="probe", cuda_device=device, uss=True)
     if profiler is None:
         return RankMemoryReply(now)
-    report = profiler.leak_report() if profiler.leak_detection else None
+    if suspects_max_age_s is None:
+        suspects_max_age_s = suspects_interval()
+    report = (
+        profiler.leak_report(suspects_max_age_s=suspects_max_age_s)
+        if profiler.leak_detection
+        else None
+    )
     return RankMemoryReply(
         now,
         has_profiler=True,
@@ -36,7 +50,13 @@ def current_memory(*, history: bool = False) -> RankMemoryReply:
     )
 
 
-@register_handler("memory")
+def suspects_interval() -> float:
+    """The running probe's `suspects_interval`, else the environment's (RANKSCOPE_*)."""
+    probe = current_probe()
+    return (probe.config if probe is not None else Config.from_env()).suspects_interval
+
+
+@register_handler("memory", off_thread=True)
 def _memory_command(args: dict[str, Any]) -> RankMemoryReply:
     return current_memory(history=bool((args or {}).get("history", False)))
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import linecache
 import logging
 import os
 import threading
+import time
 import tracemalloc
 import weakref
-from collections.abc import Sequence
 from typing import Any
 
 from rankscope.memory import analysis
@@ -23,6 +24,10 @@ CUDA_HISTORY_ENTRIES = 100_000
 """Allocation events torch keeps for memory_viz with track_allocations on CUDA."""
 TRACEMALLOC_FRAMES = 1
 SUSPECTS_SHOWN = 10
+SUSPECTS_COST_FACTOR = 10.0
+"""A reused comparison is redone no sooner than this many times what the last one took, so
+suspects of a huge Python heap cost at most about a tenth of one thread's time."""
+SiteTotals = dict[tuple[str, int], tuple[int, int]]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _profilers: list[weakref.ref[MemoryProfiler]] = []
@@ -77,7 +82,15 @@ class MemoryProfiler:
         self._lock = threading.Lock()
         self._tracing = False
         self._owns_tracemalloc = False
-        self._baseline: tracemalloc.Snapshot | None = None
+        self._baseline: SiteTotals | None = None
+        """Bytes and blocks per allocation site when the warm-up ended."""
+        self.tracemalloc_snapshots = 0
+        """tracemalloc snapshots taken: the baseline, then one per suspects comparison."""
+        self._suspects_lock = threading.Lock()
+        self._last_suspects: tuple[float, int, tuple[AllocationSite, ...]] | None = None
+        """(monotonic time, limit, sites) of the last comparison."""
+        self._suspects_cost_s = 0.0
+        """How long the last comparison took."""
         self._recording_cuda = False
         self._closed = False
         if track_allocations:
@@ -109,7 +122,7 @@ class MemoryProfiler:
             if count > self.max_snapshots:
                 self._thin()
         if self._tracing and self._baseline is None and count > self.leak_thresholds.warmup:
-            self._baseline = _take_tracemalloc()
+            self._baseline = self._take_tracemalloc()
         return s
 
     def _thin(self) -> None:
@@ -130,25 +143,57 @@ class MemoryProfiler:
     @property
     def leak_detected(self) -> bool:
         """True when a metric grows steadily after the warm-up (see `leak_report`)."""
-        return self.leak_detection and self.leak_report().leak_detected
+        return self.leak_detection and self.leak_report(suspects=0).leak_detected
 
-    def leak_report(self, *, suspects: int = SUSPECTS_SHOWN) -> analysis.LeakReport:
-        """Every leak test (growth per step and per second, time until full) and suspects."""
+    def leak_report(
+        self, *, suspects: int = SUSPECTS_SHOWN, suspects_max_age_s: float = 0.0
+    ) -> analysis.LeakReport:
+        """Every leak test (growth per step and per second, time until full) and suspects
+        (`suspects=0`: none, and no tracemalloc snapshot; `suspects_max_age_s`: see `suspects`)."""
         history = self.snapshots
         findings = analysis.detect_leaks(history, self.leak_thresholds)
         return analysis.LeakReport(
             label=self.label,
             snapshots=len(history),
             findings=findings,
-            suspects=self.suspects(suspects),
+            suspects=self.suspects(suspects, max_age_s=suspects_max_age_s),
         )
 
-    def suspects(self, limit: int = SUSPECTS_SHOWN) -> tuple[AllocationSite, ...]:
-        """The allocation sites that grew most since the warm-up (needs track_allocations)."""
-        if self._baseline is None or not tracemalloc.is_tracing():
+    def suspects(
+        self, limit: int = SUSPECTS_SHOWN, *, max_age_s: float = 0.0
+    ) -> tuple[AllocationSite, ...]:
+        """The allocation sites that grew most since the warm-up (needs track_allocations).
+
+        Each comparison takes a tracemalloc snapshot: C code that holds the GIL (so stalls every
+        thread, training included) for as long as it walks the traced blocks, tens to hundreds
+        of milliseconds in a big process. With `max_age_s`, the last comparison is reused while
+        it is younger than that, or than SUSPECTS_COST_FACTOR times what the last comparison
+        took (the probe's `memory` command; `suspects_age_s` says how old).
+        """
+        baseline = self._baseline
+        if baseline is None or limit <= 0 or not tracemalloc.is_tracing():
             return ()
-        current = _take_tracemalloc()
-        return growing_sites(current.compare_to(self._baseline, "lineno"), limit)
+        with self._suspects_lock:
+            last = self._last_suspects
+            spacing = max(max_age_s, SUSPECTS_COST_FACTOR * self._suspects_cost_s)
+            if (
+                last is not None
+                and max_age_s > 0
+                and last[1] >= limit
+                and time.monotonic() - last[0] < spacing
+            ):
+                return last[2][:limit]
+            started = time.monotonic()
+            sites = growing_sites(self._take_tracemalloc(), baseline, limit)
+            self._suspects_cost_s = time.monotonic() - started
+            self._last_suspects = (time.monotonic(), limit, sites)
+            return sites
+
+    @property
+    def suspects_age_s(self) -> float | None:
+        """Seconds since the suspects were last compared; None before the first comparison."""
+        last = self._last_suspects
+        return None if last is None else time.monotonic() - last[0]
 
     def findings(self) -> tuple[analysis.Finding, ...]:
         """Fragmentation, outside-PyTorch and usage verdicts of the latest snapshot."""
@@ -173,6 +218,10 @@ class MemoryProfiler:
         torch = snap.torch_if_loaded()
         torch.cuda.memory._dump_snapshot(os.fspath(path))
         return os.fspath(path)
+
+    def _take_tracemalloc(self) -> SiteTotals:
+        self.tracemalloc_snapshots += 1
+        return site_totals(tracemalloc.take_snapshot())
 
     # ------------------------------------------------------------- lifetime
     def _start_tracking(self) -> None:
@@ -199,6 +248,7 @@ class MemoryProfiler:
             tracemalloc.stop()
         self._tracing = False
         self._baseline = None
+        self._last_suspects = None
         if self._recording_cuda:
             torch = snap.torch_if_loaded()
             with contextlib.suppress(Exception):
@@ -228,35 +278,62 @@ def active_profiler() -> MemoryProfiler | None:
     return None
 
 
-def _take_tracemalloc() -> tracemalloc.Snapshot:
-    return tracemalloc.take_snapshot().filter_traces(
-        (
-            tracemalloc.Filter(False, tracemalloc.__file__),
-            tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
-            tracemalloc.Filter(False, linecache.__file__),
-            tracemalloc.Filter(False, os.path.join(_PACKAGE_DIR, "*")),
-        )
-    )
+def site_totals(snapshot: tracemalloc.Snapshot) -> SiteTotals:
+    """(bytes, blocks) per allocation site (file, line), tracemalloc's and ours left out.
+
+    The sites are grouped first and filtered after: the same result as `filter_traces` then
+    `statistics("lineno")` (both look at the most recent frame only), without a Python-level
+    pattern match per traced block (seconds with a few hundred thousand of them).
+    """
+    out: SiteTotals = {}
+    for stat in snapshot.statistics("lineno"):
+        frame = stat.traceback[0]
+        if not _left_out(frame.filename):
+            out[(frame.filename, frame.lineno)] = (stat.size, stat.count)
+    return out
 
 
 def growing_sites(
-    stats: Sequence[tracemalloc.StatisticDiff], limit: int
+    current: SiteTotals, baseline: SiteTotals, limit: int
 ) -> tuple[AllocationSite, ...]:
-    """The `limit` sites with the largest positive growth."""
-    growing = sorted((s for s in stats if s.size_diff > 0), key=lambda s: -s.size_diff)
-    out = []
-    for s in growing[:limit]:
-        frame = s.traceback[0]
-        out.append(
-            AllocationSite(
-                location=f"{frame.filename}:{frame.lineno}",
-                size_diff=s.size_diff,
-                count_diff=s.count_diff,
-                size=s.size,
-                line=linecache.getline(frame.filename, frame.lineno).strip(),
-            )
+    """The `limit` sites whose bytes grew most from `baseline` to `current`."""
+    growth = []
+    for site, (size, count) in current.items():
+        old_size, old_count = baseline.get(site, (0, 0))
+        if size > old_size:
+            growth.append((size - old_size, count - old_count, size, site))
+    growth.sort(key=lambda g: -g[0])
+    return tuple(
+        AllocationSite(
+            location=f"{filename}:{lineno}",
+            size_diff=size_diff,
+            count_diff=count_diff,
+            size=size,
+            line=linecache.getline(filename, lineno).strip(),
         )
-    return tuple(out)
+        for size_diff, count_diff, size, (filename, lineno) in growth[:limit]
+    )
+
+
+def _as_source(filename: str) -> str:
+    return filename[:-1] if filename.endswith(".pyc") else filename
+
+
+_LEFT_OUT = tuple(
+    _as_source(pattern)
+    for pattern in (
+        tracemalloc.__file__,
+        "<frozen importlib._bootstrap*>",
+        linecache.__file__,
+        os.path.join(_PACKAGE_DIR, "*"),
+    )
+)
+
+
+def _left_out(filename: str) -> bool:
+    """tracemalloc.Filter(False, pattern)'s test: shell patterns, a .pyc read as its .py."""
+    filename = _as_source(filename)
+    return any(fnmatch.fnmatch(filename, pattern) for pattern in _LEFT_OUT)
 
 
 def _default_label() -> str:
