@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankscope.doctor.analysis import compare_environments
-from rankscope.doctor.model import EnvironmentFinding, ProcessFacts
+from rankscope.doctor.analysis import compare_environments, ordered
+from rankscope.doctor.model import EnvironmentFacts, EnvironmentFinding, ProcessFacts
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import ProbeState
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
 __all__ = ["JobEnvironment", "job_environments"]
 
@@ -16,7 +16,8 @@ DEADLINE_S = 5.0
 
 @dataclass(frozen=True)
 class JobEnvironment:
-    """One job's environments, what differs between them, and who did not answer."""
+    """One job's environments (ranks first, then processes without a rank), what differs
+    between the ranks, and who did not answer."""
 
     job_id: str
     processes: list[ProcessFacts]
@@ -31,13 +32,14 @@ def job_environments(address: str | None, job: str | None) -> list[JobEnvironmen
         live = [p for p in probes if p.state != ProbeState.DEAD]
         answer = client.fan_out("environment", live, deadline_s=DEADLINE_S)
         by_id = {p.info.probe_id: p for p in live}
-        processes = [
-            ProcessFacts(
-                by_id[r.probe_id].context.label, by_id[r.probe_id].context.hostname, r.payload
-            )
-            for r in answer.replies
-            if r.ok
-        ]
+        processes = ordered(
+            [_process_facts(by_id[r.probe_id], r.payload) for r in answer.replies if r.ok]
+        )
         silent = [p.context.label for p in answer.missing]
         results.append(JobEnvironment(job_id, processes, compare_environments(processes), silent))
     return results
+
+
+def _process_facts(probe: ProbeStatus, facts: EnvironmentFacts) -> ProcessFacts:
+    ctx = probe.context
+    return ProcessFacts(ctx.label, ctx.hostname, facts, ctx.rank, ctx.group)

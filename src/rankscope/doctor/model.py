@@ -28,6 +28,11 @@ class ProcessFacts:
     """`rank 3` or `pid 1234@host`."""
     hostname: str
     facts: EnvironmentFacts
+    rank: int | None = None
+    """None for a process without a rank (Ray Train's controller, verl's driver-side actors):
+    listed, never compared."""
+    group: str | None = None
+    """The group the rank belongs to (`host:port` of its rendezvous); ranks compare within it."""
 
 
 @dataclass(frozen=True)
@@ -36,3 +41,5 @@ class EnvironmentFinding:
     """The fact or variable, e.g. `torch` or `NCCL_SOCKET_IFNAME`."""
     message: str
     odd_ones: tuple[str, ...]
+    group: str | None = None
+    """The group of ranks compared, when the finding is about one (None for /dev/shm)."""
