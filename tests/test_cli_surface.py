@@ -84,3 +84,35 @@ def test_internal_error_exits_3_and_says_how_to_see_the_traceback():
     user = CliRunner().invoke(app, ["--user"])
     assert user.exit_code == ExitCode.BAD_INPUT == 2
     assert user.output.strip() == "rankscope: error: --thing 7: must be even; pass 8"
+
+
+def _command_paths(group: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = [prefix]
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        if hasattr(command, "commands"):
+            paths.extend(_command_paths(command, (*prefix, name)))
+        else:
+            paths.append((*prefix, name))
+    return paths
+
+
+def test_help_shows_flags_as_flags_and_values_with_their_type():
+    """A flag takes no value: `--json  Print JSON ...`, never `--json <bool>`."""
+    import re
+
+    from typer.testing import CliRunner
+
+    paths = _command_paths(typer.main.get_command(cli.app))
+    assert len(paths) == 15  # the root, two groups, 12 commands
+    helps = {p: CliRunner().invoke(cli.app, [*p, "--help"], terminal_width=100) for p in paths}
+    for path, result in helps.items():
+        assert result.exit_code == 0, (path, result.output)
+        assert "<bool>" not in result.output, (path, result.output)
+    assert re.search(r"^  --debug +Show tracebacks\.$", helps[()].output, re.M)
+    assert re.search(r"^  --help +Show this message and exit\.$", helps[()].output, re.M)
+    stacks = helps[("stacks",)].output
+    assert re.search(r"^  --json +Print JSON instead of tables\.$", stacks, re.M)
+    assert re.search(r"^  --all-frames +Do not fold library frames\.$", stacks, re.M)
+    assert re.search(r"^  --deadline <float> +Seconds to wait", stacks, re.M)
+    diagnose = helps[("diagnose",)].output
+    assert re.search(r"^  --check-debug-ports +Check every debug session's port\.$", diagnose, re.M)

@@ -43,6 +43,9 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Find what is wrong in distributed training on Ray: hangs, stragglers, dead ranks.",
     pretty_exceptions_enable=False,
+    # Plain help: typer 0.29's rich help panel prints every option's type, flags too
+    # (`--json <bool>`, even `--help <bool>`); the plain formatter shows flags as flags.
+    rich_markup_mode=None,
 )
 for feature_app, group, group_help in FEATURES:
     if group is None:
