@@ -216,3 +216,15 @@ def test_diagnose_names_the_rank_whose_nccl_variable_differs(cluster):
     labels = [p["label"] for p in job["processes"]]
     assert labels[:3] == ["rank 10", "rank 11", "rank 12"]
     assert f"pid {pids[3]}@" in labels[3]  # after the ranks
+
+
+def test_facts_never_initialize_cuda_in_a_process_that_did_not():
+    """A CUDA context costs ~500 MB of device memory per process on a GPU node."""
+    import torch
+
+    from rankscope.doctor import collect_facts
+
+    before = torch.cuda.is_initialized()
+    facts = collect_facts()
+    assert torch.cuda.is_initialized() == before
+    assert facts.torch == torch.__version__

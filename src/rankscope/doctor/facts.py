@@ -6,9 +6,11 @@ across every rank of the job and name the ones that differ.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
+import subprocess
 import sys
 from typing import Any
 
@@ -16,6 +18,7 @@ from rankscope._version import __version__
 from rankscope.doctor.model import EnvironmentFacts
 from rankscope.runtime.probe import register_handler
 
+NVIDIA_SMI_TIMEOUT_S = 3.0
 WATCHED_VARIABLE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "TORCH_DISTRIBUTED_")
 WATCHED_VARIABLES = (
     "CUDA_VISIBLE_DEVICES",
@@ -70,8 +73,9 @@ def _torch_cuda_version(torch: Any) -> str | None:
 
 
 def _nccl_version(torch: Any) -> str | None:
+    """NCCL's own version call: a library query that starts no CUDA context."""
     try:
-        if torch is None or not torch.cuda.is_available():
+        if torch is None or not torch.version.cuda:
             return None
         return ".".join(str(p) for p in torch.cuda.nccl.version())
     except Exception:
@@ -79,9 +83,32 @@ def _nccl_version(torch: Any) -> str | None:
 
 
 def _gpu_names(torch: Any) -> tuple[str, ...]:
+    """From torch only where the job already initialized CUDA; else from nvidia-smi.
+
+    Asking torch for a device name initializes CUDA in this process, and a CUDA context costs
+    about 500 MB of device memory: rankscope never creates one in a rank that did not.
+    """
     try:
-        if torch is None or not torch.cuda.is_available():
-            return ()
-        return tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        if torch is not None and torch.cuda.is_initialized():
+            return tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     except Exception:
         return ()
+    return _nvidia_smi_names()
+
+
+@functools.cache
+def _nvidia_smi_names() -> tuple[str, ...]:
+    """Asked once per process (the devices do not change), at most NVIDIA_SMI_TIMEOUT_S."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ()
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return tuple(line.strip() for line in out.stdout.splitlines() if line.strip())
