@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -10,13 +11,16 @@ import sys
 import time
 
 import ray
+from rich.console import Console
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
 from helpers import cluster_address, probes_by_pid, wait_registered
 from rankscope.config import Config
+from rankscope.context import RankContext
 from rankscope.runtime.hub import find_hub
-from rankscope.runtime.protocol import ProbeState
+from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
+from rankscope.status.render import render_status
 from workers import GlooRank, wait_until
 
 
@@ -137,3 +141,99 @@ def test_events_a_rank_reports_can_be_read_back_from_the_cli(cluster):
     [event] = wait_until(listed, timeout=15, what="the event in the run directory")
     ray.kill(worker)
     assert event["kind"] == "test.note" and event["who"] == "rank 7"
+
+
+# What `status` prints, on records as the hub returns them (no cluster needed).
+
+NOW = 1_700_000_000.0
+
+
+def _probe(
+    rank: int | None,
+    pid: int,
+    actor: str | None,
+    node_ip: str = "192.0.2.117",
+    state: ProbeState = ProbeState.ALIVE,
+) -> ProbeStatus:
+    ctx = RankContext(
+        rank, rank, 4 if rank is not None else None, "ab" * 28, node_ip, "vm", pid,
+        "02000000", "cd" * 16, actor, None, "env" if rank is not None else "none",
+    )  # fmt: skip
+    return ProbeStatus(
+        ProbeInfo(f"probe-{pid}", ctx, "0.1.0", NOW - 600),
+        state,
+        NOW - 600,
+        NOW - 0.4 if state == ProbeState.ALIVE else NOW - 75,
+        Progress(12, NOW - 3.2),
+        0,
+        0,
+    )
+
+
+def _verl_job() -> list[ProbeStatus]:
+    """verl on one node: its driver-side TaskRunner (no rank) and four ranks."""
+    return [
+        _probe(None, 25748, "TaskRunner", state=ProbeState.DEAD),
+        *(_probe(r, 25800 + r, "verl_workers_ActorRolloutRefWorker") for r in range(3)),
+        _probe(3, 25803, "verl_workers_ActorRolloutRefWorker", "198.51.100.203"),
+    ]
+
+
+def _text(renderable: object, width: int = 80) -> list[str]:
+    console = Console(width=width, record=True, color_system=None)
+    console.print(renderable)
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
+def test_status_at_80_columns_shows_whole_node_ips_and_actor_classes():
+    lines = _text(render_status("02000000", _verl_job(), {"probe-25748": "ray.kill"}, now=NOW))
+    assert lines == [
+        "job 02000000: 5 processes, rankscope 0.1.0 (seen, stepped: seconds ago)",
+        "rank  node              pid  actor                   state  seen   step  stepped",
+        "────────────────────────────────────────────────────────────────────────────────",
+        "   -  192.0.2.117     25748  TaskRunner              dead   1m15s    12  3.2s",
+        "   0  192.0.2.117     25800  verl_workers_ActorRoll  alive  0.4s     12  3.2s",
+        "                             outRefWorker",
+        "   1  192.0.2.117     25801  verl_workers_ActorRoll  alive  0.4s     12  3.2s",
+        "                             outRefWorker",
+        "   2  192.0.2.117     25802  verl_workers_ActorRoll  alive  0.4s     12  3.2s",
+        "                             outRefWorker",
+        "   3  198.51.100.203  25803  verl_workers_ActorRoll  alive  0.4s     12  3.2s",
+        "                             outRefWorker",
+        "pid 25748@vm (TaskRunner) died: ray.kill",
+    ]
+
+
+def test_status_at_80_columns_cuts_nothing_short_even_when_crowded():
+    probes = [
+        _probe(None, 2574812, "TrainController", "203.0.113.254", ProbeState.UNRESPONSIVE),
+        _probe(12, 2574899, "RayTrainWorker", "198.51.100.203", ProbeState.DEAD),
+    ]
+    assert _text(render_status("02000000", probes, now=NOW))[1:] == [
+        "rank  node                pid  actor          state         seen   step  stepped",
+        "────────────────────────────────────────────────────────────────────────────────",
+        "   -  203.0.113.254   2574812  TrainControll  unresponsive  1m15s    12  3.2s",
+        "                               er",
+        "  12  198.51.100.203  2574899  RayTrainWorke  dead          1m15s    12  3.2s",
+        "                               r",
+    ]  # the actor class folds rather than losing its end; the IPs stay whole
+
+
+def test_status_shows_a_version_column_only_when_versions_differ():
+    probes = _verl_job()
+    probes[1] = dataclasses.replace(
+        probes[1], info=dataclasses.replace(probes[1].info, version="0.0.9")
+    )
+    lines = _text(render_status("02000000", probes, now=NOW), width=120)
+    assert lines[0] == "job 02000000: 5 processes (seen, stepped: seconds ago)"
+    assert lines[1].split()[-1] == "version" and lines[4].split()[-1] == "0.0.9"
+
+
+def test_status_death_line_names_a_process_without_a_rank_once():
+    probes = [*_verl_job(), _probe(2, 25900, "RayTrainWorker", state=ProbeState.DEAD)]
+    deaths = {"probe-25748": "killed by ray.kill", "probe-25900": "exited: SIGKILL"}
+    lines = _text(render_status("02000000", probes, deaths, now=NOW), width=120)
+    assert lines[-2:] == [
+        "pid 25748@vm (TaskRunner) died: killed by ray.kill",
+        "rank 2 (pid 25900) died: exited: SIGKILL",
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -22,15 +23,34 @@ def render_status(
     now: float | None = None,
 ) -> RenderableType:
     now = time.time() if now is None else now
+    versions = sorted({p.info.version for p in probes})
+    one_version = len(versions) == 1
     table = Table(
-        title=f"job {job_id}: {len(probes)} processes (seen, stepped: seconds ago)",
+        title=f"job {job_id}: {len(probes)} processes"
+        + (f", rankscope {versions[0]}" if one_version else "")
+        + " (seen, stepped: seconds ago)",
         title_justify="left",
+        # No outer frame and one space between columns: 80 columns keep node IPs whole and
+        # leave the actor class the most room.
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
     )
-    for column in ("rank", "node", "pid", "actor", "state", "seen", "step", "stepped", "version"):
-        table.add_column(column, justify="right" if column in ("rank", "pid", "step") else "left")
+    columns = [*COLUMNS, *([] if one_version else ["version"])]
+    for column in columns:
+        # Only the actor column gives up width: a class name too long for the terminal folds
+        # onto more lines. The others keep theirs (a node IP stays whole); when even that
+        # cannot fit, they fold too, never cut short ("192.0.2…", "verl_wo…").
+        table.add_column(
+            column,
+            justify="right" if column in ("rank", "pid", "step") else "left",
+            no_wrap=column != "actor",
+            overflow="fold",
+        )
     for p in probes:
         ctx = p.context
-        table.add_row(
+        row: list[str | Text] = [
             "-" if ctx.rank is None else str(ctx.rank),
             ctx.node_ip or ctx.hostname,
             str(ctx.pid),
@@ -39,17 +59,25 @@ def render_status(
             ago(now, p.last_seen),
             str(p.progress.step),
             ago(now, p.progress.last_progress),
-            p.info.version,
-        )
+        ]
+        table.add_row(*row, *([] if one_version else [p.info.version]))
     causes = [
-        Text(
-            f"{p.context.label} (pid {p.context.pid}) died: {(deaths or {})[p.info.probe_id]}",
-            style="red",
-        )
+        Text(f"{_who(p)} died: {(deaths or {})[p.info.probe_id]}", style="red")
         for p in probes
         if p.info.probe_id in (deaths or {})
     ]
     return Group(table, *causes) if causes else table
+
+
+COLUMNS = ("rank", "node", "pid", "actor", "state", "seen", "step", "stepped")
+
+
+def _who(probe: ProbeStatus) -> str:
+    """`rank 2 (pid 4242)`; a process without a rank is `pid 25748@vm`, its actor if known."""
+    ctx = probe.context
+    if ctx.rank is None:  # the label is `pid N@host` already
+        return ctx.label + (f" ({ctx.actor_class})" if ctx.actor_class else "")
+    return f"{ctx.label} (pid {ctx.pid})"
 
 
 _STATE_STYLE = {
