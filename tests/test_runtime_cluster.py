@@ -18,6 +18,7 @@ import rankscope.cli.main as cli
 from helpers import cluster_address, probes_by_pid, wait_registered
 from rankscope.config import Config
 from rankscope.context import RankContext
+from rankscope.events.render import describe_event, render_events
 from rankscope.runtime.hub import find_hub
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 from rankscope.status.render import render_status
@@ -143,7 +144,7 @@ def test_events_a_rank_reports_can_be_read_back_from_the_cli(cluster):
     assert event["kind"] == "test.note" and event["who"] == "rank 7"
 
 
-# What `status` prints, on records as the hub returns them (no cluster needed).
+# What `status` and `events` print, on records as the hub returns them (no cluster needed).
 
 NOW = 1_700_000_000.0
 
@@ -236,4 +237,52 @@ def test_status_death_line_names_a_process_without_a_rank_once():
     assert lines[-2:] == [
         "pid 25748@vm (TaskRunner) died: killed by ray.kill",
         "rank 2 (pid 25900) died: exited: SIGKILL",
+    ]
+
+
+def _hang_report_event(findings: list[str]) -> dict[str, object]:
+    """A `hang_report` event as rank 0's watchdog sends it (hang/watchdog.py) and
+    `job_events` returns it."""
+    return {
+        "kind": "hang_report",
+        "time": NOW,
+        "probe_id": "probe-25800",
+        "who": "rank 0",
+        "payload": {
+            "path": "/tmp/ray/rankscope/02000000/hang-report-20260101-120000.json",
+            "reason": "all_reduce #3 in group 0 has run for 301 s (at train.py:88)",
+            "findings": findings,
+        },
+    }
+
+
+def test_events_show_a_hang_reports_findings_not_only_the_writers_reason():
+    finding = (
+        "group 0 (4 ranks): ranks 0,1,3 wait in all_reduce #3 (float32[4]) for 301.0 s; "
+        "rank 2 never entered #3, its last completed collective is #2; "
+        "rank 2 is in load_batch data.py:41"
+    )
+    note = {"kind": "test.note", "time": NOW, "who": "rank 7", "payload": {"summary": "hi"}}
+    lines = _text(render_events("02000000", [_hang_report_event([finding]), note]), width=100)
+    clock = time.strftime("%H:%M:%S", time.localtime(NOW))
+    empty = "│          │        │             │ "
+    assert [line.rstrip("│ ") for line in lines[4:]] == [
+        f"│ {clock} │ rank 0 │ hang_report │ group 0 (4 ranks): ranks 0,1,3 wait in all_reduce #3",
+        f"{empty}(float32[4]) for 301.0 s; rank 2 never entered #3, its last",
+        f"{empty}completed collective is #2; rank 2 is in load_batch data.py:41",
+        f"{empty}(this rank's watchdog: all_reduce #3 in group 0 has run for",
+        f"{empty}301 s (at train.py:88); report:",
+        f"{empty}/tmp/ray/rankscope/02000000/hang-report-20260101-120000.json)",
+        f"│ {clock} │ rank 7 │ test.note   │ hi",
+        "└──────────┴────────┴─────────────┴──────────────────────────────────────────────────"
+        "──────────────┘",
+    ]
+
+
+def test_a_hang_report_without_findings_says_so():
+    event = _hang_report_event([])
+    assert describe_event("hang_report", event["payload"]).splitlines() == [
+        "no culprit found; this rank's watchdog: all_reduce #3 in group 0 has run for 301 s "
+        "(at train.py:88)",
+        "report: /tmp/ray/rankscope/02000000/hang-report-20260101-120000.json",
     ]
