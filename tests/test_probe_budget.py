@@ -96,7 +96,7 @@ def test_a_slow_handler_is_cut_off_at_the_budget_and_light_commands_still_answer
     finally:
         blocker.release.set()
     assert blocker.finished.wait(HANDLER_WAIT_S)
-    wait_until(lambda: probe._worker.busy_with is None, what="the worker to be free")
+    wait_until(lambda: probe.busy_with is None, what="the worker to be free")
     assert blocker.threads == [HANDLER_THREAD_NAME]
     assert HANDLER_THREAD_NAME.startswith(OWN_THREAD_PREFIX)
 
@@ -170,7 +170,7 @@ class SlowRank:
         self.blocker.release.set()
         probe = current_probe()
         assert probe is not None
-        wait_until(lambda: probe._worker.busy_with is None, what="the worker to be free")
+        wait_until(lambda: probe.busy_with is None, what="the worker to be free")
         return self.blocker.calls
 
 

@@ -222,6 +222,11 @@ class Probe:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def busy_with(self) -> str | None:
+        """The heavy command still running on the worker thread (perhaps past its budget)."""
+        return self._worker.busy_with
+
     def emit(self, kind: str, payload: dict[str, Any]) -> None:
         """Queue an event for the run directory; never blocks, drops the oldest when full."""
         with self._events_lock:
