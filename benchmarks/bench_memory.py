@@ -1,6 +1,7 @@
 """MemoryProfiler.take_snapshot cost, without and with tracemalloc, against the demo's step.
 
     .venv/bin/python benchmarks/bench_memory.py [--steps 300] [--rounds 5]
+    .venv/bin/python benchmarks/bench_memory.py --only-watch [--watch-seconds 20] [--watch-rounds 3]
 
 1. The cost of one snapshot (host path; CUDA is read only on a GPU) next to the stock way of
    reading the same numbers by hand (psutil's memory_info + virtual_memory, what DeepSpeed's
@@ -8,7 +9,17 @@
 2. The demo's training step (tiny MLP, SGD, gradients all-reduced over gloo, two ranks) with no
    profiler, one snapshot per step, and one snapshot per step with tracemalloc on. Modes are
    interleaved in rounds so drift hits them alike; medians per mode.
-Goal: under 1% overhead at one snapshot per step without tracemalloc.
+3. `rankscope memory --watch` against a training process: a CPU step (an MLP, one torch thread,
+   a few ms) with MemoryProfiler(track_allocations=True) and a Python heap of --heap-objects
+   lists allocated after tracing began (a tokenized dataset kept as lists), while a thread asks
+   for `memory` every 2 s the way the probe gets it from `--watch` (no hub: the probe's own
+   dispatch, `Probe.run_command`, is called directly). Modes: no requests; the command as it is
+   (off the probe thread, suspects reused for RANKSCOPE_SUSPECTS_INTERVAL); the same with the
+   reuse off (a tracemalloc comparison per request); and before this change (its comparison,
+   `filter_traces` + `compare_to`, inline on every request: reproduced here). Modes are
+   interleaved in rounds of --watch-seconds each; medians per mode.
+Goal: under 1% overhead at one snapshot per step without tracemalloc; the watched step within a
+few % of the quiet one.
 """
 
 from __future__ import annotations
@@ -19,8 +30,12 @@ import socket
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 MODES = ("none", "snapshot", "snapshot+tracemalloc")
+WATCH_MODES = ("no requests", "memory (reuse 10 s)", "memory (reuse off)", "before (inline)")
+WATCH_INTERVAL_S = 2.0
+"""`rankscope memory --watch` refreshes every 2 s."""
 
 
 def per_call_us(fn: Callable[[], object], n: int, repeats: int = 7) -> float:
@@ -144,12 +159,214 @@ def step_costs(steps: int, rounds: int) -> dict[str, float]:
     return dict(results)
 
 
+class StockMemoryCommand:
+    """The `memory` command before the handler budget and the reuse, as it ran on the probe
+    thread: the same reads and leak test, and a fresh tracemalloc comparison every time, made
+    the way it was (filter every trace, then `compare_to` a filtered baseline snapshot)."""
+
+    def __init__(self, profiler: object) -> None:
+        import linecache
+        import tracemalloc
+
+        from rankscope.memory import profiler as module
+
+        self.profiler = profiler
+        self.filters = [
+            tracemalloc.Filter(False, tracemalloc.__file__),
+            tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
+            tracemalloc.Filter(False, linecache.__file__),
+            tracemalloc.Filter(False, os.path.join(os.path.dirname(module.__file__), "*")),
+        ]
+        self.baseline = tracemalloc.take_snapshot().filter_traces(self.filters)
+
+    def __call__(self) -> object:
+        from rankscope.memory import analysis
+        from rankscope.memory import snapshot as snap
+        from rankscope.memory.model import RankMemoryReply
+
+        p: Any = self.profiler
+        now = snap.take_snapshot(tag="probe", uss=True)
+        findings = analysis.detect_leaks(p.snapshots, p.leak_thresholds)
+        return RankMemoryReply(now, has_profiler=True, leaks=findings, suspects=self.compare())
+
+    def compare(self) -> tuple[Any, ...]:
+        import linecache
+        import tracemalloc
+
+        from rankscope.memory.model import AllocationSite
+
+        current = tracemalloc.take_snapshot().filter_traces(self.filters)
+        stats = current.compare_to(self.baseline, "lineno")
+        growing = sorted((s for s in stats if s.size_diff > 0), key=lambda s: -s.size_diff)
+        return tuple(
+            AllocationSite(
+                f"{f.filename}:{f.lineno}",
+                s.size_diff,
+                s.count_diff,
+                s.size,
+                linecache.getline(f.filename, f.lineno).strip(),
+            )
+            for s in growing[:10]
+            for f in (s.traceback[0],)
+        )
+
+
+def _watcher(ask: Callable[[], object], stop: Any, replies: list[tuple[float, str]]) -> None:
+    """Ask every WATCH_INTERVAL_S, as `--watch` does (at once again when a reply came late)."""
+    while not stop.is_set():
+        started = time.perf_counter()
+        reply: Any = ask()
+        error = "" if getattr(reply, "ok", True) else reply.error
+        replies.append((time.perf_counter() - started, error))
+        stop.wait(max(0.0, WATCH_INTERVAL_S - (time.perf_counter() - started)))
+
+
+def watch_costs(seconds: float, rounds: int, heap_objects: int) -> dict[str, dict[str, float]]:
+    import threading
+
+    import torch
+    from torch import nn
+
+    import rankscope
+    from rankscope.config import Config
+    from rankscope.runtime.probe import Probe
+    from rankscope.runtime.protocol import Command
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs = torch.randn(64, 256)
+    profiler: Any = None
+    step_no = 0
+
+    def train_step() -> None:
+        nonlocal step_no
+        optimizer.zero_grad()
+        model(inputs).square().mean().backward()
+        optimizer.step()
+        if profiler is not None:
+            profiler.take_snapshot(step=step_no)
+        step_no += 1
+
+    for _ in range(20):  # torch's lazy imports happen before tracing: the heap is what we make
+        train_step()
+    profiler = rankscope.MemoryProfiler(track_allocations=True, max_snapshots=1 << 20)
+    heap = [list(range(i % 64, i % 64 + 32)) for i in range(heap_objects)]
+    for _ in range(50):  # warm up; the profiler's tracemalloc baseline is taken here
+        train_step()
+    stock = StockMemoryCommand(profiler)
+    comparison = {
+        "new": per_call_us(lambda: profiler.suspects(max_age_s=0), 1, repeats=3) / 1e3,
+        "stock": per_call_us(stock.compare, 1, repeats=3) / 1e3,
+    }
+    probes = {
+        "memory (reuse 10 s)": Probe(Config.from_env(suspects_interval=10.0)),
+        "memory (reuse off)": Probe(Config.from_env(suspects_interval=0.0)),
+    }
+    import tracemalloc
+
+    traced = len(tracemalloc.take_snapshot().traces)
+    steps: dict[str, list[float]] = {m: [] for m in WATCH_MODES}
+    means: dict[str, list[float]] = {m: [] for m in WATCH_MODES}
+    replies: dict[str, list[tuple[float, str]]] = {m: [] for m in WATCH_MODES}
+    comparisons = dict.fromkeys(WATCH_MODES, 0)
+    for _ in range(rounds):
+        for mode in WATCH_MODES:
+            probe = probes.get(mode)
+            ask: Callable[[], object] | None = stock if mode.startswith("before") else None
+            if probe is not None:
+                ask = lambda probe=probe: probe.run_command(Command("bench", "memory", {}))  # noqa: E731
+            stop = threading.Event()
+            watcher = None
+            if ask is not None:
+                watcher = threading.Thread(target=_watcher, args=(ask, stop, replies[mode]))
+                watcher.start()
+            taken = profiler.tracemalloc_snapshots
+            times = []
+            ends = time.perf_counter() + seconds
+            while time.perf_counter() < ends:
+                started = time.perf_counter()
+                train_step()
+                times.append(time.perf_counter() - started)
+            stop.set()
+            if watcher is not None:
+                watcher.join()
+            while any(p.busy_with for p in probes.values()):  # a late one ends in this mode
+                time.sleep(0.05)
+            comparisons[mode] += profiler.tracemalloc_snapshots - taken
+            steps[mode].extend(times)
+            means[mode].append(statistics.fmean(times))
+    for probe in probes.values():
+        probe.stop()
+    profiler.close()
+    del heap
+    out: dict[str, dict[str, float]] = {"_": {"traced": traced, "heap": heap_objects}}
+    out["comparison ms"] = comparison
+    for mode in WATCH_MODES:
+        ordered = sorted(steps[mode])
+        asked = replies[mode]
+        out[mode] = {
+            "median": statistics.median(ordered) * 1e3,
+            "mean": statistics.median(means[mode]) * 1e3,
+            "p99": ordered[int(len(ordered) * 0.99)] * 1e3,
+            "max": ordered[-1] * 1e3,
+            "requests": len(asked),
+            "late": sum(1 for _, e in asked if e),
+            "reply": statistics.median(t for t, _ in asked) * 1e3 if asked else 0.0,
+            "comparisons": comparisons[mode],
+        }
+    return out
+
+
+def print_watch(costs: dict[str, dict[str, float]], seconds: float, rounds: int) -> None:
+    info = costs["_"]
+    print(
+        f"\ntraining step with `memory --watch` asking every {WATCH_INTERVAL_S:g} s "
+        f"({rounds} rounds x {seconds:g} s per mode; {int(info['heap'])} heap lists, "
+        f"{int(info['traced'])} traced blocks):"
+    )
+    one = costs["comparison ms"]
+    print(
+        f"  one tracemalloc comparison (suspects), quiet: {one['new']:.0f} ms; before this change "
+        f"(filter_traces + compare_to): {one['stock']:.0f} ms ({one['stock'] / one['new']:.1f}x)"
+    )
+    print(
+        f"  {'mode':<22} {'median':>8} {'ratio':>6} {'mean':>8} {'ratio':>6} {'p99':>8} "
+        f"{'max':>8}  asked (error)  reply   comparisons"
+    )
+    base = costs[WATCH_MODES[0]]
+    for mode in WATCH_MODES:
+        c = costs[mode]
+        print(
+            f"  {mode:<22} {c['median']:6.2f}ms {c['median'] / base['median']:5.3f}x "
+            f"{c['mean']:6.2f}ms {c['mean'] / base['mean']:5.3f}x {c['p99']:6.1f}ms "
+            f"{c['max']:6.0f}ms  {int(c['requests']):5d} ({int(c['late']):3d})  "
+            f"{c['reply']:6.0f}ms {int(c['comparisons']):5d}"
+        )
+    print(
+        "  median: of every step; mean: median over rounds of each round's mean step (the "
+        "throughput); error: 'took longer' or 'still busy'; reply: median time the asking "
+        "thread waited"
+    )
+    print(f"  load average at the end (1, 5, 15 min): {os.getloadavg()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="steps per mode per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only-watch", action="store_true", help="only section 3")
+    parser.add_argument("--watch-seconds", type=float, default=20.0, help="per mode per round")
+    parser.add_argument("--watch-rounds", type=int, default=3)
+    parser.add_argument("--heap-objects", type=int, default=100_000)
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print(f"load average (1, 5, 15 min): {os.getloadavg()}")
+    if args.only_watch:
+        watch = watch_costs(args.watch_seconds, args.watch_rounds, args.heap_objects)
+        print_watch(watch, args.watch_seconds, args.watch_rounds)
+        return
 
     costs = snapshot_costs()
     print("one call (median, microseconds):")
@@ -177,6 +394,8 @@ def main() -> None:
         f"with tracemalloc: {traced:.2f}% for the snapshot call, and the step itself runs "
         f"{steps['snapshot+tracemalloc'] / base:.2f}x (tracemalloc hooks every allocation)"
     )
+    watch = watch_costs(args.watch_seconds, args.watch_rounds, args.heap_objects)
+    print_watch(watch, args.watch_seconds, args.watch_rounds)
 
 
 if __name__ == "__main__":
