@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -9,11 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
+from rankscope.cli.output import to_json
 from rankscope.context import RankContext
 from rankscope.errors import BadRankSpec
 from rankscope.ranks import format_ranks, parse_rank_spec
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
-from rankscope.stacks.analysis import group_stacks, summarize
+from rankscope.stacks.analysis import confirmed, group_stacks, summarize
 from rankscope.stacks.model import Frame, ProcessStacks, ThreadStack
 from rankscope.stacks.render import render_stacks
 
@@ -29,7 +31,25 @@ ALL_REDUCE = [
 LOAD_BATCH = [Frame("load_batch", "/job/data.py", 41, False), *ALL_REDUCE[3:]]
 
 
-def _process(rank: int | None, frames: list[Frame], pid: int | None = None) -> ProcessStacks:
+NOW = time.time()
+GROUP = "10.0.0.1:29500"
+
+
+def _process(
+    rank: int | None,
+    frames: list[Frame],
+    pid: int | None = None,
+    *,
+    stepped_ago: float | None = 0.0,
+    step: int = 3,
+    group: str | None = GROUP,
+    train_thread: bool = False,
+) -> ProcessStacks:
+    """One process's stacks; `stepped_ago` None: it never called rankscope.step().
+
+    `train_thread`: as Ray Train runs it, the frames in a thread of their own while the main
+    thread idles in Ray's task loop.
+    """
     pid = pid if pid is not None else 1000 + (rank or 0)
     ctx = RankContext(
         rank,
@@ -44,25 +64,31 @@ def _process(rank: int | None, frames: list[Frame], pid: int | None = None) -> P
         "Worker",
         None,
         "env",
+        group if rank is not None else None,
     )
+    progress = Progress(0, NOW - 600) if stepped_ago is None else Progress(step, NOW - stepped_ago)
     status = ProbeStatus(
-        ProbeInfo(f"p{pid}", ctx, "0.1.0", 0.0),
-        ProbeState.ALIVE,
-        0.0,
-        time.time(),
-        Progress(3, time.time()),
-        0,
-        0,
+        ProbeInfo(f"p{pid}", ctx, "0.1.0", 0.0), ProbeState.ALIVE, 0.0, NOW, progress, 0, 0
     )
-    threads = (
-        ThreadStack("MainThread", 1, True, tuple(frames)),
-        ThreadStack("PythonGCThread", 2, False, (RAY_LOOP,)),
-    )
+    if train_thread:
+        threads = (
+            ThreadStack("MainThread", 1, True, (RAY_LOOP,)),
+            ThreadStack("TrainThread", 3, False, tuple(frames)),
+        )
+    else:
+        threads = (
+            ThreadStack("MainThread", 1, True, tuple(frames)),
+            ThreadStack("PythonGCThread", 2, False, (RAY_LOOP,)),
+        )
     return ProcessStacks(status, threads, "probe")
 
 
-def _eight_ranks_rank_3_elsewhere():
-    return [_process(r, LOAD_BATCH if r == 3 else ALL_REDUCE) for r in range(8)]
+def _eight_ranks_rank_3_elsewhere(stepped_ago: float | None = 30.0, **kw):
+    """Ranks 0-2,4-7 in all_reduce, rank 3 loading data; none stepped for 30 s."""
+    return [
+        _process(r, LOAD_BATCH if r == 3 else ALL_REDUCE, stepped_ago=stepped_ago, **kw)
+        for r in range(8)
+    ]
 
 
 def test_identical_stacks_group_and_the_odd_one_comes_first():
@@ -77,16 +103,128 @@ def test_identical_stacks_group_and_the_odd_one_comes_first():
 
 
 def test_summary_names_the_outlier():
-    report = group_stacks("01000000", _eight_ranks_rank_3_elsewhere())
+    report = group_stacks("01000000", _eight_ranks_rank_3_elsewhere(), now=NOW)
     assert summarize(report) == (
         "ranks 0-2,4-7 wait in all_reduce <- train_step train.py:88; "
         "rank 3 is elsewhere: load_batch data.py:41"
     )
+    [finding] = report.findings
+    assert (finding.group, finding.waiting, finding.elsewhere) == (
+        GROUP,
+        (0, 1, 2, 4, 5, 6, 7),
+        (3,),
+    )
+    assert finding.where == "all_reduce <- train_step train.py:88" and not report.ok
+
+
+def test_different_places_while_every_rank_steps_is_no_finding():
+    """A rank waits in all_reduce for a slower one many times a second: that is training."""
+    report = group_stacks("j", _eight_ranks_rank_3_elsewhere(stepped_ago=0.2), now=NOW)
+    assert report.findings == () and report.ok and summarize(report) is None
+
+
+def test_without_steps_ranks_waiting_in_a_collective_are_a_finding():
+    """No rankscope.step() (a job with the setup hook only): the stacks alone tell."""
+    report = group_stacks("j", _eight_ranks_rank_3_elsewhere(stepped_ago=None), now=NOW)
+    [finding] = report.findings
+    assert finding.elsewhere == (3,) and finding.message.startswith("ranks 0-2,4-7 wait in")
+
+
+def test_one_rank_that_stopped_stepping_is_enough():
+    ranks = _eight_ranks_rank_3_elsewhere(stepped_ago=0.2)
+    ranks[3] = _process(3, LOAD_BATCH, stepped_ago=45.0)
+    [finding] = group_stacks("j", ranks, now=NOW).findings
+    assert finding.elsewhere == (3,)
+
+
+def test_stalled_ranks_outside_a_collective_are_a_finding():
+    wait = [Frame("wait_for_peer", "/job/sync.py", 12, False), *ALL_REDUCE[3:]]
+    ranks = [_process(r, LOAD_BATCH if r == 3 else wait, stepped_ago=20.0) for r in range(4)]
+    [finding] = group_stacks("j", ranks, now=NOW).findings
+    assert finding.message == (
+        "ranks 0-2 are stalled in wait_for_peer sync.py:12; "
+        "rank 3 is elsewhere: load_batch data.py:41"
+    )
+
+
+def test_ranks_in_different_user_code_without_steps_are_no_finding():
+    """Nobody waits in a collective and progress is unknown: nothing says they are stuck."""
+    ranks = [
+        _process(r, LOAD_BATCH if r == 3 else ALL_REDUCE[2:], stepped_ago=None) for r in range(4)
+    ]
+    assert group_stacks("j", ranks, now=NOW).findings == ()
+
+
+def test_every_rank_in_the_same_collective_is_no_finding_here():
+    """All ranks in one place: whatever is wrong, no rank is elsewhere (`hang` looks deeper)."""
+    ranks = [_process(r, ALL_REDUCE, stepped_ago=60.0) for r in range(4)]
+    assert group_stacks("j", ranks, now=NOW).findings == ()
+
+
+def test_processes_without_a_rank_take_no_part():
+    """Ray Train's controller or verl's driver-side actors are always somewhere else."""
+    ranks = [_process(r, ALL_REDUCE, stepped_ago=None) for r in range(4)]
+    controller = _process(None, LOAD_BATCH, pid=77, stepped_ago=None)
+    assert group_stacks("j", [*ranks, controller], now=NOW).findings == ()
+
+
+def test_each_group_of_ranks_is_judged_on_its_own():
+    """verl: two worker groups in one job, each with ranks 0..N-1."""
+    actor = [
+        _process(
+            r, LOAD_BATCH if r == 1 else ALL_REDUCE, pid=100 + r, group="h:1", stepped_ago=None
+        )
+        for r in range(2)
+    ]
+    critic = [_process(r, LOAD_BATCH, pid=200 + r, group="h:2", stepped_ago=None) for r in range(2)]
+    [finding] = group_stacks("j", [*actor, *critic], now=NOW).findings
+    assert finding.group == "h:1" and finding.waiting == (0,) and finding.elsewhere == (1,)
+    assert finding.message == (
+        "group h:1: rank 0 waits in all_reduce <- train_step train.py:88; "
+        "rank 1 is elsewhere: load_batch data.py:41"
+    )
+
+
+def test_where_a_rank_is_comes_from_its_busy_thread():
+    """Ray Train: the loop runs in a thread of its own; the main threads all idle alike."""
+    ranks = _eight_ranks_rank_3_elsewhere(train_thread=True)
+    [finding] = group_stacks("j", ranks, now=NOW).findings
+    assert finding.waiting == (0, 1, 2, 4, 5, 6, 7) and finding.elsewhere == (3,)
+
+
+def test_a_second_look_keeps_a_finding_only_when_nothing_moved():
+    first = group_stacks("j", _eight_ranks_rank_3_elsewhere(stepped_ago=None), now=NOW)
+    same = group_stacks("j", _eight_ranks_rank_3_elsewhere(stepped_ago=None), now=NOW + 1)
+    assert confirmed(first, same).findings == first.findings
+
+    moved = _eight_ranks_rank_3_elsewhere(stepped_ago=None)
+    moved[3] = _process(3, ALL_REDUCE[2:], stepped_ago=None)  # rank 3 got on with its step
+    assert confirmed(first, group_stacks("j", moved, now=NOW + 1)).findings == ()
+
+    stepped = group_stacks("j", _eight_ranks_rank_3_elsewhere(step=4), now=NOW + 1)
+    stalled = group_stacks("j", _eight_ranks_rank_3_elsewhere(), now=NOW)
+    assert stalled.findings and confirmed(stalled, stepped).findings == ()
+
+
+def test_the_finding_and_its_ranks_are_in_the_json():
+    report = group_stacks("01000000", _eight_ranks_rank_3_elsewhere(), now=NOW)
+    data = json.loads(to_json("stacks", [report]))["data"][0]
+    assert data["ok"] is False
+    assert data["findings"] == [
+        {
+            "group": GROUP,
+            "waiting": [0, 1, 2, 4, 5, 6, 7],
+            "where": "all_reduce <- train_step train.py:88",
+            "elsewhere": [3],
+            "message": "ranks 0-2,4-7 wait in all_reduce <- train_step train.py:88; "
+            "rank 3 is elsewhere: load_batch data.py:41",
+        }
+    ]
 
 
 def test_no_summary_when_all_ranks_agree():
     report = group_stacks("j", [_process(r, ALL_REDUCE) for r in range(4)])
-    assert summarize(report) is None
+    assert summarize(report) is None and report.ok
 
 
 def test_processes_without_rank_are_labelled_by_pid():

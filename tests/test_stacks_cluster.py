@@ -31,14 +31,27 @@ def four_ranks(cluster):
         ray.kill(a)
 
 
+def _wait_in_all_reduce(pids: list[int]) -> None:
+    """Until every pid's probe says (in its heartbeat) that it is in all_reduce."""
+
+    def there() -> bool:
+        found = probes_by_pid(pids)
+        return all("all_reduce" in (found[p].summaries.get("where") or "") for p in found) and (
+            len(found) == len(pids)
+        )
+
+    wait_until(there, timeout=30, what=f"pids {pids} to wait in all_reduce")
+
+
 def test_stacks_groups_the_waiting_ranks_and_names_the_one_that_never_joined(four_ranks, tmp_path):
-    actors, _, _ = four_ranks
+    actors, pids, _ = four_ranks
     release = tmp_path / "release"
     running = [a.step_once.remote(str(release) if r == 3 else None) for r, a in enumerate(actors)]
+    _wait_in_all_reduce(pids[:3])
 
     result = run_cli("stacks", "--address", cluster_address(), "--ranks", "0-3")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # ranks stuck for a rank elsewhere: a finding
     sleep_line = line_of(wait_for_data, "time.sleep")
     reduce_line = line_of(GlooRank.step_once, "dist.all_reduce")
     out = result.stdout
@@ -62,12 +75,17 @@ def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
     release = tmp_path / "release"
     for r, a in enumerate(actors):
         a.step_once.remote(str(release) if r == 3 else None)
+    _wait_in_all_reduce(pids[:3])
 
     result = CliRunner().invoke(cli.app, ["stacks", "--json", "--ranks", "0-3"])
 
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the finding below
     doc = json.loads(result.output)
     assert doc["schema_version"] == 1 and doc["command"] == "stacks"
+    [finding] = doc["data"][0]["findings"]
+    assert finding["waiting"] == [0, 1, 2] and finding["elsewhere"] == [3]
+    assert "rank 3 is elsewhere: wait_for_data workers.py:" in finding["message"]
+    assert doc["data"][0]["ok"] is False
     groups = [g for g in doc["data"][0]["groups"] if not all(f["library"] for f in g["frames"])]
     members = {m["pid"]: m for g in groups for m in g["members"]}
     assert set(pids) <= set(members)
@@ -76,6 +94,26 @@ def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
     assert {p: members[p]["node_id"] for p in pids} == expected
     assert len(set(node_ids)) == 2  # two nodes
     release.write_text("go")
+
+
+def test_ranks_in_different_places_while_they_step_are_no_finding(four_ranks):
+    """A training loop of all_reduces and steps: a snapshot catches ranks in different places
+    (one in all_reduce, one between steps); every rank makes progress, so exit 0."""
+    actors, pids, _ = four_ranks
+    training = [a.reduce_steps.remote(100_000) for a in actors]
+    wait_until(
+        lambda: all(p.progress.step > 5 for p in probes_by_pid(pids).values()),
+        timeout=30,
+        what="the ranks to step",
+    )
+
+    result = CliRunner().invoke(cli.app, ["stacks", "--json", "--ranks", "0-3"])
+
+    for a in actors:
+        ray.kill(a)  # ends the loop (the fixture kills them again, harmlessly)
+    ray.wait(training, num_returns=len(training), timeout=30)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["data"][0]["findings"] == []
 
 
 def test_unresponsive_probe_falls_back_to_py_spy_on_the_process_node(cluster):

@@ -1,12 +1,45 @@
-"""Grouping stacks across ranks: identical stacks together, the odd ones out first."""
+"""Grouping stacks across ranks (identical stacks together, the odd ones out first), and the
+finding: ranks stuck waiting for a rank of their group that is elsewhere.
+
+Ranks in different places is normal while they make progress: a rank waits in all_reduce for a
+slower one many times a second. It is a finding when ranks wait in a collective (or have stopped
+stepping) while another rank of their group is somewhere else, and not every rank of that group
+has stepped (`rankscope.step()`) within PROGRESS_WINDOW_S. Without steps a snapshot cannot tell
+a wait from a stall; `collect.stack_reports` then looks twice (`confirmed`).
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rankscope.ranks import format_ranks
-from rankscope.stacks.model import Frame, ProcessStacks, ThreadStack, headline
+from rankscope.stacks.model import (
+    Frame,
+    ProcessStacks,
+    ThreadStack,
+    active_thread,
+    headline,
+    in_collective,
+)
+
+__all__ = [
+    "PROGRESS_WINDOW_S",
+    "StackFinding",
+    "StackGroup",
+    "StackMember",
+    "StackReport",
+    "Unanswered",
+    "confirmed",
+    "find_stuck",
+    "group_stacks",
+    "label_members",
+    "summarize",
+]
+
+PROGRESS_WINDOW_S = 1.0
+"""A rank that called `rankscope.step()` this recently makes progress: it is not stuck."""
 
 
 @dataclass(frozen=True)
@@ -22,6 +55,14 @@ class StackMember:
     source: str
     unresponsive: str = ""
     """Why the probe did not answer, when the stack came from py-spy instead."""
+    group: str | None = None
+    """The group of ranks the process belongs to (its rendezvous `host:port`)."""
+    active: bool = False
+    """This thread says where its process is: in a collective, else in user code, else main."""
+    step: int = 0
+    """The process's `rankscope.step()` count."""
+    since_step_s: float | None = None
+    """Seconds since its last `rankscope.step()`; None when it never called it."""
 
 
 @dataclass(frozen=True)
@@ -59,15 +100,44 @@ class Unanswered:
 
 
 @dataclass(frozen=True)
+class StackFinding:
+    """Ranks of one group stuck where they are while another rank of the group is elsewhere."""
+
+    group: str | None
+    """The group of ranks (its rendezvous `host:port`), None when the ranks did not say."""
+    waiting: tuple[int, ...]
+    """The ranks waiting: in a collective, or stalled (no step for PROGRESS_WINDOW_S)."""
+    where: str
+    """Where they wait: `all_reduce <- train_step train.py:88`."""
+    elsewhere: tuple[int, ...]
+    """The ranks of the same group that are somewhere else: the ones to look at."""
+    message: str
+    """`ranks 0-2 wait in all_reduce <- ...; rank 3 is elsewhere: load_batch data.py:41`."""
+
+
+@dataclass(frozen=True)
 class StackReport:
     job_id: str
     groups: tuple[StackGroup, ...]
     unanswered: tuple[Unanswered, ...]
     process_count: int
+    findings: tuple[StackFinding, ...] = ()
+    """Groups of ranks stuck waiting for a rank that is elsewhere (exit code 1)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
 
 
-def group_stacks(job_id: str, processes: Sequence[ProcessStacks]) -> StackReport:
-    """Group every thread of every process by identical stack (file, line, function)."""
+def group_stacks(
+    job_id: str, processes: Sequence[ProcessStacks], now: float | None = None
+) -> StackReport:
+    """Group every thread of every process by identical stack (file, line, function), and
+    find ranks stuck waiting for a rank of their group that is elsewhere (`find_stuck`).
+
+    `now` is when the stacks were taken (default: now), to tell how long ago each rank stepped.
+    """
+    now = time.time() if now is None else now
     buckets: dict[tuple[tuple[str, int, str], ...], list[tuple[ThreadStack, StackMember]]] = {}
     unanswered = []
     for proc in processes:
@@ -75,6 +145,9 @@ def group_stacks(job_id: str, processes: Sequence[ProcessStacks]) -> StackReport
         if not proc.threads:
             unanswered.append(Unanswered(ctx.rank, ctx.pid, ctx.hostname, proc.error))
             continue
+        progress = proc.status.progress
+        since_step = max(0.0, now - progress.last_progress) if progress.step > 0 else None
+        active = active_thread(proc.threads)
         for thread in proc.threads:
             member = StackMember(
                 ctx.rank,
@@ -85,6 +158,10 @@ def group_stacks(job_id: str, processes: Sequence[ProcessStacks]) -> StackReport
                 thread.thread_name,
                 proc.source,
                 proc.error if proc.source == "py-spy" else "",
+                ctx.group,
+                thread is active,
+                progress.step,
+                since_step,
             )
             key = tuple((f.filename, f.lineno, f.function) for f in thread.frames)
             buckets.setdefault(key, []).append((thread, member))
@@ -100,28 +177,78 @@ def group_stacks(job_id: str, processes: Sequence[ProcessStacks]) -> StackReport
     groups.sort(
         key=lambda g: (g.idle, not g.main_thread, g.process_count, _member_order(g.members[0]))
     )
-    return StackReport(job_id, tuple(groups), tuple(unanswered), len(processes))
+    return StackReport(job_id, tuple(groups), tuple(unanswered), len(processes), find_stuck(groups))
+
+
+def find_stuck(groups: Sequence[StackGroup]) -> tuple[StackFinding, ...]:
+    """Per group of ranks: ranks waiting in a collective (or stalled) while another rank of the
+    group is elsewhere, unless every rank of the group stepped within PROGRESS_WINDOW_S.
+
+    Each rank is where its active thread is; processes without a rank take no part.
+    """
+    by_group: dict[str | None, dict[int, list[StackMember]]] = {}
+    for index, group in enumerate(groups):
+        for m in group.members:
+            if m.active and m.rank is not None:
+                places = by_group.setdefault(m.group, {})
+                places.setdefault(index, []).append(m)
+    findings = []
+    for rank_group, places in sorted(by_group.items(), key=lambda kv: kv[0] or ""):
+        members = [m for ms in places.values() for m in ms]
+        if len(places) < 2 or all(_progressing(m) for m in members):
+            continue
+        waiting = [i for i in places if in_collective(groups[i].frames)] or [
+            i for i, ms in places.items() if any(_stalled(m) for m in ms)
+        ]
+        if not waiting:
+            continue
+        main = max(waiting, key=lambda i: (len(places[i]), -min(_ranks(places[i]))))
+        others = sorted((i for i in places if i != main), key=lambda i: min(_ranks(places[i])))
+        prefix = f"group {rank_group}: " if len(by_group) > 1 and rank_group else ""
+        findings.append(
+            StackFinding(
+                rank_group,
+                _ranks(places[main]),
+                groups[main].headline,
+                tuple(sorted(r for i in others for r in _ranks(places[i]))),
+                prefix
+                + _waits(places[main], groups[main])
+                + "; "
+                + "; ".join(
+                    f"{label_members(places[i])} {'is' if len(places[i]) == 1 else 'are'} "
+                    f"elsewhere: {groups[i].headline}"
+                    for i in others
+                ),
+            )
+        )
+    return tuple(findings)
+
+
+def confirmed(first: StackReport, again: StackReport) -> StackReport:
+    """The second look, with only the findings the first look had too: the same ranks in the
+    same places, none of them having stepped in between. A normal wait moves on in between."""
+    steps = {(m.group, m.rank): m.step for g in first.groups for m in g.members if m.active}
+    kept = tuple(
+        f
+        for f in again.findings
+        if f in first.findings
+        and all(
+            steps.get((m.group, m.rank)) == m.step
+            for g in again.groups
+            for m in g.members
+            if m.active and m.group == f.group and m.rank in (*f.waiting, *f.elsewhere)
+        )
+    )
+    return replace(again, findings=kept)
 
 
 def summarize(report: StackReport) -> str | None:
-    """One sentence on where the ranks' busy threads are, naming the odd ones out.
+    """The report's findings in one sentence; None when no ranks are stuck.
 
     Example: `ranks 0-2 wait in all_reduce <- train_step train.py:88; rank 3 is elsewhere:
-    load_batch data.py:41`. None when fewer than two ranked groups run user code.
+    load_batch data.py:41`.
     """
-    busy = [g for g in report.groups if not g.idle]
-    ranked = [g for g in busy if any(m.rank is not None for m in g.members)]
-    if len(ranked) < 2:
-        return None
-    majority = max(ranked, key=lambda g: g.process_count)
-    others = [g for g in ranked if g is not majority]
-    verb = "wait in" if majority.process_count > 1 else "is in"
-    text = f"{majority.label} {verb} {majority.headline}; "
-    text += "; ".join(
-        f"{g.label} {'is' if g.process_count == 1 else 'are'} elsewhere: {g.headline}"
-        for g in others
-    )
-    return text
+    return "; ".join(f.message for f in report.findings) or None
 
 
 def label_members(members: Sequence[StackMember]) -> str:
@@ -132,6 +259,27 @@ def label_members(members: Sequence[StackMember]) -> str:
     no_rank = sorted({(m.hostname, m.pid) for m in members if m.rank is None})
     parts.extend(f"pid {pid}@{host}" for host, pid in no_rank)
     return "; ".join(parts)
+
+
+def _waits(members: Sequence[StackMember], group: StackGroup) -> str:
+    one = len(members) == 1
+    if in_collective(group.frames):
+        verb = "waits in" if one else "wait in"
+    else:
+        verb = "is stalled in" if one else "are stalled in"
+    return f"{label_members(members)} {verb} {group.headline}"
+
+
+def _ranks(members: Sequence[StackMember]) -> tuple[int, ...]:
+    return tuple(sorted({m.rank for m in members if m.rank is not None}))
+
+
+def _progressing(m: StackMember) -> bool:
+    return m.since_step_s is not None and m.since_step_s <= PROGRESS_WINDOW_S
+
+
+def _stalled(m: StackMember) -> bool:
+    return m.since_step_s is not None and m.since_step_s > PROGRESS_WINDOW_S
 
 
 def _member_order(m: StackMember) -> tuple[int, int, str, int]:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.common import Address, Job, Json, handle_errors, out
+from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
 
 app = typer.Typer()
 
@@ -27,7 +27,11 @@ def stacks(
         bool, typer.Option("--all-frames", help="Do not fold library frames.")
     ] = False,
 ) -> None:
-    """Python stacks of every thread of every rank, grouped by identical stack."""
+    """Python stacks of every thread of every rank, grouped by identical stack.
+
+    Exits 1 when ranks wait in a collective (or stalled) while a rank of their group is
+    elsewhere, in two looks a second apart: the one-line finding names them.
+    """
     from rankscope.cli.output import to_json
     from rankscope.stacks.collect import stack_reports
     from rankscope.stacks.render import render_stacks
@@ -35,6 +39,8 @@ def stacks(
     reports = stack_reports(address, job, ranks, deadline)
     if as_json:
         out.print_json(to_json("stacks", reports))
-        return
-    for report in reports:
-        out.print(render_stacks(report, all_frames=all_frames))
+    else:
+        for report in reports:
+            out.print(render_stacks(report, all_frames=all_frames))
+    if any(not r.ok for r in reports):
+        raise typer.Exit(ExitCode.FINDING)

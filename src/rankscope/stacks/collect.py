@@ -11,11 +11,14 @@ from rankscope.ranks import parse_rank_spec
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 from rankscope.runtime.selection import filter_ranks
-from rankscope.stacks.analysis import StackReport, group_stacks
+from rankscope.stacks.analysis import StackReport, confirmed, group_stacks
 from rankscope.stacks.model import ProcessStacks
 from rankscope.stacks.pyspy import PYSPY_TIMEOUT_S, dump_on_node
 
 DEFAULT_DEADLINE_S = 2.0
+CONFIRM_AFTER_S = 1.0
+"""When the first look finds ranks stuck, look again this much later: a wait that is part of
+normal progress has moved on by then, a stuck group has not."""
 
 
 def collect_stacks(
@@ -75,8 +78,10 @@ def stack_reports(
     deadline_s: float = DEFAULT_DEADLINE_S,
     *,
     client: HubClient | None = None,
+    confirm_after_s: float = CONFIRM_AFTER_S,
 ) -> list[StackReport]:
-    """`rankscope stacks`: every selected job's processes, their stacks grouped."""
+    """`rankscope stacks`: every selected job's processes, their stacks grouped, and the ranks
+    stuck waiting for a rank of their group that is elsewhere (seen in two looks)."""
     wanted = parse_rank_spec(ranks) if ranks is not None else None  # bad spec: fail before Ray
     client = client or HubClient.attach(address)
     reports = []
@@ -86,5 +91,12 @@ def stack_reports(
             raise UserError(
                 f"--ranks {ranks}: no registered process of job {job_id} has those ranks"
             )
-        reports.append(group_stacks(job_id, collect_stacks(client, chosen, deadline_s=deadline_s)))
+        report = group_stacks(job_id, collect_stacks(client, chosen, deadline_s=deadline_s))
+        if report.findings:
+            time.sleep(confirm_after_s)
+            now = {p.info.probe_id: p for p in client.probes(job_id)}  # progress meanwhile
+            chosen = [now.get(p.info.probe_id, p) for p in chosen]
+            again = group_stacks(job_id, collect_stacks(client, chosen, deadline_s=deadline_s))
+            report = confirmed(report, again)
+        reports.append(report)
     return reports

@@ -76,8 +76,13 @@ def active_thread(threads: Sequence[ThreadStack]) -> ThreadStack | None:
     return ordered[0]
 
 
+def in_collective(frames: Sequence[Frame]) -> bool:
+    """True when the stack is inside a torch.distributed call."""
+    return any(COLLECTIVE_PATH in f.filename for f in frames)
+
+
 def _in_collective(thread: ThreadStack) -> bool:
-    return any(COLLECTIVE_PATH in f.filename for f in thread.frames)
+    return in_collective(thread.frames)
 
 
 def _in_user_code(thread: ThreadStack) -> bool:

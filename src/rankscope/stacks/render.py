@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from rankscope.stacks.analysis import StackGroup, StackReport, summarize
+from rankscope.stacks.analysis import StackGroup, StackReport
 from rankscope.stacks.model import Frame
 
 __all__ = ["display_path", "frame_lines", "render_stacks"]
@@ -24,9 +24,8 @@ def render_stacks(report: StackReport, *, all_frames: bool = False) -> Renderabl
             style="bold",
         )
     ]
-    finding = summarize(report)
-    if finding:
-        parts.append(Text(f"finding: {finding}", style="bold yellow"))
+    for finding in report.findings:
+        parts.append(Text(f"finding: {finding.message}", style="bold yellow"))
     for group in report.groups:
         if group.idle and not all_frames:
             parts.append(_render_idle_group(group))
