@@ -115,6 +115,31 @@ class GlooRank(GlooMember):
     def spin(self) -> None:
         spin_holding_the_gil()
 
+    def wait_for(self, path: str) -> None:
+        """User code that sleeps in a loop until `path` exists, without a step (nor torch)."""
+        wait_for_data(path)
+
+    def wait_in_thread(self, path: str) -> None:
+        """Start a thread that waits for `path` in user code, and return (as Ray Train does)."""
+        import threading
+
+        threading.Thread(target=wait_for_data, args=(path,), name="train-loop", daemon=True).start()
+
+    def watchdog_state(self) -> dict:
+        """What this process's watchdog saw: its last check, why it fired, the last step."""
+        from rankscope.hang.watchdog import current_watchdog
+        from rankscope.runtime.probe import progress
+
+        watchdog = current_watchdog()
+        assert watchdog is not None
+        return {
+            "last_check": watchdog.last_check,
+            "busy_since": watchdog.busy_since,
+            "triggers": [list(t) for t in watchdog.triggers],  # [when, why]
+            "step": progress.step,
+            "last_step": progress.last_progress,
+        }
+
 
 def wait_for_data(path: str) -> None:
     while not os.path.exists(path):

@@ -1,10 +1,20 @@
 """The watchdog: a rank stuck for `hang_timeout` writes one cluster-wide hang report.
 
 It runs in its own thread (not the probe's, which must stay free to answer the report's own
-questions). Triggers: the same collective running longer than `hang_timeout`, or no
-`rankscope.step()` for that long after the first one. The first rank to notice claims the
-report at the hub; the others only log. The report is written to the run directory before
-the backend's timeout (10-30 min) kills the job and the evidence.
+questions). Triggers: the same collective running longer than `hang_timeout`, or, after the
+first `rankscope.step()`, `hang_timeout` of work without one. Work, not wall time: an RL
+trainer's workers wait in Ray's task loop for minutes between calls while rollout runs
+elsewhere, and a rank waiting for work is not hung (`activity.find_work` tells the two apart
+from every thread's stack and the recorder's call in flight). Time spent waiting restarts the
+count, so a rank idle for ten minutes whose next task stalls is reported `hang_timeout` into
+that task. The first rank to notice claims the report at the hub; the others only log. The
+report is written to the run directory before the backend's timeout (10-30 min) kills the job
+and the evidence.
+
+Cost: at most one stack capture per check interval (1 s, or `hang_timeout / 4`), none before
+the first step and none while steps come faster than that. Measured (2-core machine, median of
+200): one check of a process with 30 threads ~23 frames deep (700 frames) holds the GIL for
+about 1 ms: 0.87 ms `capture_threads`, 0.07 ms `find_work`; 0.1% of one core at 1 check/s.
 """
 
 from __future__ import annotations
@@ -14,9 +24,11 @@ import logging
 import threading
 import time
 
+from rankscope.hang.activity import find_work
 from rankscope.hang.recorder import collective_recorder, record_when_imported
 from rankscope.runtime.probe import Probe, progress, register_startup
 from rankscope.serialize import plain
+from rankscope.stacks.capture import capture_threads
 
 log = logging.getLogger("rankscope")
 WATCHDOG_THREAD_NAME = "rankscope-watchdog"
@@ -28,6 +40,15 @@ class Watchdog:
         self.timeout = probe.config.hang_timeout
         self.reports: list[str] = []
         """Paths of the reports this process wrote."""
+        self.triggers: list[tuple[float, str]] = []
+        """When and why it fired, each time (also when another rank had claimed the report)."""
+        self.last_check = time.time()
+        self.busy_since: float | None = None
+        """Start of the work without a step going on now: the last step, or the first check
+        that found the process busy after one that found it waiting; None while it waits."""
+        self.work: str | None = None
+        """What the last stack capture found the process doing (None: waiting, or not taken)."""
+        self._seen_step = 0
         self._fired = False
         self._thread = threading.Thread(target=self._run, name=WATCHDOG_THREAD_NAME, daemon=True)
 
@@ -35,7 +56,7 @@ class Watchdog:
         self._thread.start()
 
     def _run(self) -> None:
-        interval = min(1.0, self.timeout / 4)
+        interval = check_interval(self.timeout)
         while self.probe.alive:
             time.sleep(interval)
             try:
@@ -46,7 +67,9 @@ class Watchdog:
     def _check(self) -> None:
         now = time.time()
         stuck = collective_recorder().in_flight(older_than=now - self.timeout)
-        stalled = progress.step > 0 and now - progress.last_progress > self.timeout
+        busy_s = self._busy_without_step(now)
+        self.last_check = now
+        stalled = busy_s > self.timeout
         if stuck is None and not stalled:
             self._fired = False
             return
@@ -59,11 +82,35 @@ class Watchdog:
                 f"{now - stuck.start:.0f} s (at {stuck.caller})"
             )
         else:
-            reason = f"no rankscope.step() for {now - progress.last_progress:.0f} s"
+            work = self.work or find_work(capture_threads(), None) or "working since its last step"
+            reason = (
+                f"no rankscope.step() for {now - progress.last_progress:.0f} s, the last "
+                f"{busy_s:.0f} s of them busy: {work}"
+            )
+        self.triggers.append((now, reason))
         log.warning("rankscope watchdog: %s; writing a hang report", reason)
         path = self._report(reason)
         if path:
             log.warning("rankscope watchdog: hang report written to %s", path)
+
+    def _busy_without_step(self, now: float) -> float:
+        """Seconds this rank has been working (not waiting for work) without a step."""
+        step = progress.step
+        if step == 0:  # no step yet: the job has not started training
+            self.busy_since, self.work = None, None
+            return 0.0
+        if step != self._seen_step:  # stepped since the last check: it was working then
+            self._seen_step, self.work = step, None
+            self.busy_since = max(progress.last_progress, self.last_check)
+            return now - self.busy_since
+        # ~1 ms of GIL with 30 threads (the module docstring), once per check at most
+        self.work = find_work(capture_threads(), collective_recorder().in_flight(older_than=now))
+        if self.work is None:  # waiting for work: the count starts again when work comes
+            self.busy_since = None
+            return 0.0
+        if self.busy_since is None:
+            self.busy_since = now
+        return now - self.busy_since
 
     def _report(self, reason: str) -> str | None:
         import ray
@@ -92,10 +139,25 @@ class Watchdog:
         return path
 
 
+def check_interval(hang_timeout: float) -> float:
+    """Seconds between two checks: a report comes at most this late."""
+    return min(1.0, hang_timeout / 4)
+
+
+_current: Watchdog | None = None
+
+
+def current_watchdog() -> Watchdog | None:
+    """This process's watchdog, once its probe started one."""
+    return _current
+
+
 @register_startup
 def _start_recording_and_watching(probe: Probe) -> None:
     """At the light level and above: record collectives and watch for hangs."""
+    global _current
     if probe.config.level == "off":
         return
     record_when_imported()
-    Watchdog(probe).start()
+    _current = Watchdog(probe)
+    _current.start()
