@@ -37,11 +37,18 @@ def four_ranks(cluster):
         ray.kill(a)
 
 
+def _group(pids: list[int]) -> list[str]:
+    """`--group` of these ranks: earlier tests' groups (with their ranks 0-3) stay in the job."""
+    return ["--group", str(probes_by_pid(pids)[pids[0]].context.group)]
+
+
 def _hang_json(*args: str) -> tuple[int, dict]:
+    """Every selected group's report merged into one (one report per group of ranks)."""
     result = CliRunner().invoke(cli.app, ["hang", "--json", "--min-wait", "0.5", *args])
     assert result.exit_code in (0, 1), result.output
-    [report] = [r for r in json.loads(result.output)["data"]]
-    return result.exit_code, report
+    reports = json.loads(result.output)["data"]
+    assert len({r["job_id"] for r in reports}) == 1
+    return result.exit_code, {"findings": [f for r in reports for f in r["findings"]]}
 
 
 def test_healthy_job_exits_0(cluster):
@@ -69,14 +76,14 @@ def test_healthy_job_exits_0(cluster):
 def test_rank_that_skips_an_all_reduce_is_named_with_the_sequence_number_and_line(
     four_ranks, tmp_path
 ):
-    actors, _ = four_ranks
+    actors, pids = four_ranks
     ray.get([a.reduce_steps.remote(2) for a in actors])
     release = tmp_path / "release"
     for r, a in enumerate(actors):
         a.step_once.remote(str(release) if r == 3 else None)
-    wait_until(lambda: _hang_json()[0] == 1, timeout=20, what="the hang to show")
+    wait_until(lambda: _hang_json(*_group(pids))[0] == 1, timeout=20, what="the hang to show")
 
-    result = run_cli("hang", "--address", cluster_address(), "--min-wait", "0.5")
+    result = run_cli("hang", "--address", cluster_address(), "--min-wait", "0.5", *_group(pids))
 
     release.write_text("go")
     assert result.returncode == 1, result.stderr
@@ -89,12 +96,12 @@ def test_rank_that_skips_an_all_reduce_is_named_with_the_sequence_number_and_lin
 
 
 def test_shape_mismatch_at_one_sequence_number_names_both_shapes(four_ranks):
-    actors, _ = four_ranks
+    actors, pids = four_ranks
     for r, a in enumerate(actors):
         a.all_reduce_of.remote(8 if r == 1 else 4)
 
     def mismatch():
-        _, report = _hang_json()
+        _, report = _hang_json(*_group(pids))
         found = [f for f in report["findings"] if f["kind"] == "mismatch"]
         return found[0] if found else None
 
@@ -112,7 +119,7 @@ def test_rank_killed_mid_training_is_reported_dead_with_the_cause(cluster):
     wait_until(
         lambda: probes_by_pid(pids)[pids[1]].state == ProbeState.DEAD, timeout=20, what="death"
     )
-    code, report = _hang_json()
+    code, report = _hang_json(*_group(pids))
 
     ray.kill(actors[0])
     del training
@@ -124,7 +131,7 @@ def test_rank_killed_mid_training_is_reported_dead_with_the_cause(cluster):
 
 
 def test_two_subgroups_report_per_group_and_name_the_group(four_ranks, tmp_path):
-    actors, _ = four_ranks
+    actors, pids = four_ranks
     layout = {"tp": [[0, 1], [2, 3]], "dp": [[0, 2], [1, 3]]}
     ray.get([a.make_groups.remote(layout) for a in actors])
     release = tmp_path / "release"
@@ -132,7 +139,7 @@ def test_two_subgroups_report_per_group_and_name_the_group(four_ranks, tmp_path)
         a.group_all_reduce.remote("tp", str(release) if r == 1 else None)
 
     def hung_group():
-        _, report = _hang_json()
+        _, report = _hang_json(*_group(pids))
         found = [f for f in report["findings"] if f["kind"] == "hang"]
         return found[0] if found else None
 
