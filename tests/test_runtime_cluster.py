@@ -192,7 +192,6 @@ def test_status_at_80_columns_shows_whole_node_ips_and_actor_classes():
         "job 02000000: 5 processes, rankscope 0.1.0 (seen, stepped: seconds ago)",
         "rank  node              pid  actor                   state  seen   step  stepped",
         "────────────────────────────────────────────────────────────────────────────────",
-        "   -  192.0.2.117     25748  TaskRunner              dead   1m15s    12  3.2s",
         "   0  192.0.2.117     25800  verl_workers_ActorRoll  alive  0.4s     12  3.2s",
         "                             outRefWorker",
         "   1  192.0.2.117     25801  verl_workers_ActorRoll  alive  0.4s     12  3.2s",
@@ -201,8 +200,10 @@ def test_status_at_80_columns_shows_whole_node_ips_and_actor_classes():
         "                             outRefWorker",
         "   3  198.51.100.203  25803  verl_workers_ActorRoll  alive  0.4s     12  3.2s",
         "                             outRefWorker",
+        "",
+        "   -  192.0.2.117     25748  TaskRunner              dead   1m15s    12  3.2s",
         "pid 25748@vm (TaskRunner) died: ray.kill",
-    ]
+    ]  # processes without a rank come after the ranks, apart
 
 
 def test_status_at_80_columns_cuts_nothing_short_even_when_crowded():
@@ -213,10 +214,11 @@ def test_status_at_80_columns_cuts_nothing_short_even_when_crowded():
     assert _text(render_status("02000000", probes, now=NOW))[1:] == [
         "rank  node                pid  actor          state         seen   step  stepped",
         "────────────────────────────────────────────────────────────────────────────────",
-        "   -  203.0.113.254   2574812  TrainControll  unresponsive  1m15s    12  3.2s",
-        "                               er",
         "  12  198.51.100.203  2574899  RayTrainWorke  dead          1m15s    12  3.2s",
         "                               r",
+        "",
+        "   -  203.0.113.254   2574812  TrainControll  unresponsive  1m15s    12  3.2s",
+        "                               er",
     ]  # the actor class folds rather than losing its end; the IPs stay whole
 
 
@@ -227,7 +229,7 @@ def test_status_shows_a_version_column_only_when_versions_differ():
     )
     lines = _text(render_status("02000000", probes, now=NOW), width=120)
     assert lines[0] == "job 02000000: 5 processes (seen, stepped: seconds ago)"
-    assert lines[1].split()[-1] == "version" and lines[4].split()[-1] == "0.0.9"
+    assert lines[1].split()[-1] == "version" and lines[3].split()[-1] == "0.0.9"
 
 
 def test_status_death_line_names_a_process_without_a_rank_once():
@@ -235,9 +237,30 @@ def test_status_death_line_names_a_process_without_a_rank_once():
     deaths = {"probe-25748": "killed by ray.kill", "probe-25900": "exited: SIGKILL"}
     lines = _text(render_status("02000000", probes, deaths, now=NOW), width=120)
     assert lines[-2:] == [
-        "pid 25748@vm (TaskRunner) died: killed by ray.kill",
         "rank 2 (pid 25900) died: exited: SIGKILL",
+        "pid 25748@vm (TaskRunner) died: killed by ray.kill",
     ]
+
+
+def _in_group(probe: ProbeStatus, group: str) -> ProbeStatus:
+    context = dataclasses.replace(probe.info.context, group=group)
+    return dataclasses.replace(probe, info=dataclasses.replace(probe.info, context=context))
+
+
+def test_status_with_two_groups_shows_the_group_and_the_first_death():
+    """verl: an actor group and a critic group, each with ranks 0-1, in one job."""
+    actor = [_in_group(_probe(r, 100 + r, "Actor"), "10.0.0.1:29500") for r in range(2)]
+    critic = [_in_group(_probe(r, 200 + r, "Critic"), "10.0.0.1:29600") for r in range(2)]
+    first = "rank 1 died first: Ray: worker died"
+    lines = _text(render_status("02000000", [*critic, *actor], first_death=first, now=NOW), 120)
+    assert lines[1].split()[:2] == ["group", "rank"]
+    assert [line.split()[:3] for line in lines[3:7]] == [
+        ["10.0.0.1:29500", "0", "192.0.2.117"],
+        ["10.0.0.1:29500", "1", "192.0.2.117"],
+        ["10.0.0.1:29600", "0", "192.0.2.117"],
+        ["10.0.0.1:29600", "1", "192.0.2.117"],
+    ]
+    assert lines[-1] == "first: rank 1 died first: Ray: worker died"
 
 
 def _hang_report_event(findings: list[str]) -> dict[str, object]:

@@ -26,6 +26,6 @@ def status(address: Address = None, job: Job = None, as_json: Json = False) -> N
         out.print_json(to_json("status", data))
     else:
         for j in jobs:
-            out.print(render_status(j.job_id, j.processes, j.deaths))
+            out.print(render_status(j.job_id, j.processes, j.deaths, first_death=j.first_death))
     if any_lost(jobs):
         raise typer.Exit(ExitCode.FINDING)

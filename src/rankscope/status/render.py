@@ -1,4 +1,9 @@
-"""The registry as a table: one row per process, then one line per death and its cause."""
+"""The registry as a table: one row per process, then one line per death and its cause.
+
+Ranks come first, by group and rank; processes without a rank (Ray Train's controller, verl's
+driver-side actors) follow in a section of their own. A job whose ranks form several groups
+(verl's worker groups) gets a group column: a rank is unique within its group only.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +26,11 @@ def render_status(
     probes: Sequence[ProbeStatus],
     deaths: dict[str, str] | None = None,
     now: float | None = None,
+    first_death: str = "",
 ) -> RenderableType:
     now = time.time() if now is None else now
+    probes = sorted(probes, key=_order)
+    groups = {p.context.group for p in probes if p.context.rank is not None}
     versions = sorted({p.info.version for p in probes})
     one_version = len(versions) == 1
     table = Table(
@@ -37,7 +45,11 @@ def render_status(
         pad_edge=False,
         collapse_padding=True,
     )
-    columns = [*COLUMNS, *([] if one_version else ["version"])]
+    columns = [
+        *(["group"] if len(groups) > 1 else []),
+        *COLUMNS,
+        *([] if one_version else ["version"]),
+    ]
     for column in columns:
         # Only the actor column gives up width: a class name too long for the terminal folds
         # onto more lines. The others keep theirs (a node IP stays whole); when even that
@@ -48,9 +60,12 @@ def render_status(
             no_wrap=column != "actor",
             overflow="fold",
         )
-    for p in probes:
+    for i, p in enumerate(probes):
         ctx = p.context
+        if i > 0 and ctx.rank is None and probes[i - 1].context.rank is not None:
+            table.add_section()  # processes without a rank: apart from the ranks
         row: list[str | Text] = [
+            *([ctx.group or "-"] if len(groups) > 1 else []),
             "-" if ctx.rank is None else str(ctx.rank),
             ctx.node_ip or ctx.hostname,
             str(ctx.pid),
@@ -66,7 +81,14 @@ def render_status(
         for p in probes
         if p.info.probe_id in (deaths or {})
     ]
+    if first_death:
+        causes.append(Text(f"first: {first_death}", style="bold red"))
     return Group(table, *causes) if causes else table
+
+
+def _order(p: ProbeStatus) -> tuple[bool, str, int, int]:
+    ctx = p.context
+    return (ctx.rank is None, ctx.group or "", ctx.rank or 0, ctx.pid)
 
 
 COLUMNS = ("rank", "node", "pid", "actor", "state", "seen", "step", "stepped")
