@@ -7,12 +7,12 @@ import typer.main
 import rankscope.cli.main as cli
 
 EXPECTED = {
-    "stacks": {"--address", "--job", "--ranks", "--json", "--deadline", "--all-frames"},
-    "status": {"--address", "--job", "--json"},
+    "stacks": {"--address", "--job", "--group", "--ranks", "--json", "--deadline", "--all-frames"},
+    "status": {"--address", "--job", "--group", "--json"},
     "hang": {"--address", "--job", "--group", "--json", "--min-wait"},
     "events": {"--address", "--job", "--kind", "--limit", "--json"},
     "demo": {"--fault", "--workers", "--steps"},
-    "memory": {"--address", "--job", "--watch", "--json"},
+    "memory": {"--address", "--job", "--group", "--watch", "--json"},
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
     "debug": set(),  # a group: `debug list` and `debug attach`, frozen in test_debug_local.py
 }

@@ -58,6 +58,15 @@ def test_two_groups_with_the_same_ranks_are_told_apart_and_selected(cluster, tmp
         assert code == 1 and [r["group"] for r in only] == [stuck_group]
         text = CliRunner().invoke(cli.app, ["hang", "--group", stuck_group, "--min-wait", "0.5"])
         assert f", group {stuck_group}: 1 finding(s)" in text.output
+        status = CliRunner().invoke(cli.app, ["status", "--group", stuck_group, "--json"])
+        [listed] = json.loads(status.output)["data"].values()
+        assert sorted(p["info"]["context"]["group"] for p in listed["processes"]) == [
+            stuck_group,
+            stuck_group,
+        ]
+        stacks = CliRunner().invoke(cli.app, ["stacks", "--group", healthy_group, "--json"])
+        [report] = json.loads(stacks.output)["data"]
+        assert report["process_count"] == 2
         wrong = CliRunner().invoke(cli.app, ["hang", "--group", "no-such-group"])
         assert wrong.exit_code == 2
         assert "--group no-such-group: matches no group of this job" in wrong.output

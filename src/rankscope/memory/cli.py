@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
+from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
 
 if TYPE_CHECKING:
     from rankscope.memory.collect import JobMemory
@@ -23,20 +23,29 @@ WATCH_INTERVAL_S = 2.0
 def memory(
     address: Address = None,
     job: Job = None,
+    group: Group = None,
     watch: Annotated[
         bool, typer.Option("--watch", help="Refresh every 2s until Ctrl-C; adds a leak trend.")
     ] = False,
     as_json: Json = False,
 ) -> None:
     """Every rank's host and GPU memory, least headroom first, with alerts and leaks."""
-    raise typer.Exit(run_memory(address, job, watch=watch, as_json=as_json, console=out))
+    raise typer.Exit(
+        run_memory(address, job, watch=watch, as_json=as_json, console=out, group=group)
+    )
 
 
 def run_memory(
-    address: str | None, job: str | None, *, watch: bool, as_json: bool, console: Console
+    address: str | None,
+    job: str | None,
+    *,
+    watch: bool,
+    as_json: bool,
+    console: Console,
+    group: str | None = None,
 ) -> int:
     """Exit code 1 when a rank has an alert, a leak or no answer."""
-    from rich.console import Group
+    from rich.console import Group as Renderables
     from rich.live import Live
 
     from rankscope.cli.output import to_json
@@ -44,7 +53,7 @@ def run_memory(
     from rankscope.memory.render import render
 
     if not watch:
-        views = cluster_memory(address, job)
+        views = cluster_memory(address, job, group=group)
         if as_json:
             console.print_json(to_json("memory", [v.view for v in views]))
         else:
@@ -56,6 +65,7 @@ def run_memory(
             address,
             job,
             interval_s=WATCH_INTERVAL_S,
+            group=group,
             show=lambda views: console.print(
                 to_json("memory", [v.view for v in views]), soft_wrap=True
             ),
@@ -66,7 +76,10 @@ def run_memory(
             address,
             job,
             interval_s=WATCH_INTERVAL_S,
-            show=lambda views: live.update(Group(*(render(v.view) for v in views)), refresh=True),
+            group=group,
+            show=lambda views: live.update(
+                Renderables(*(render(v.view) for v in views)), refresh=True
+            ),
         )
     return _exit_code(last)
 

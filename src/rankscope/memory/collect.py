@@ -10,6 +10,7 @@ from rankscope.memory import analysis
 from rankscope.memory.model import MemorySnapshot, RankMemoryReply
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import filter_group
 
 DEFAULT_DEADLINE_S = 3.0
 WATCH_HISTORY = 600
@@ -26,8 +27,10 @@ class JobMemory:
     probes: tuple[ProbeStatus, ...]
 
 
-def jobs(client: HubClient, job: str | None) -> dict[str, list[ProbeStatus]]:
-    return client.jobs(job)
+def jobs(
+    client: HubClient, job: str | None, group: str | None = None
+) -> dict[str, list[ProbeStatus]]:
+    return {j: filter_group(probes, group) for j, probes in client.jobs(job).items()}
 
 
 def collect(
@@ -93,11 +96,12 @@ def cluster_memory(
     history: bool = False,
     client: HubClient | None = None,
     watched: dict[str, list[MemorySnapshot]] | None = None,
+    group: str | None = None,
 ) -> list[JobMemory]:
     client = client or HubClient.attach(address)
     return [
         collect(client, job_id, probes, deadline_s=deadline_s, history=history, watched=watched)
-        for job_id, probes in jobs(client, job).items()
+        for job_id, probes in jobs(client, job, group).items()
     ]
 
 
@@ -108,6 +112,7 @@ def watch_views(
     interval_s: float,
     show: Callable[[list[JobMemory]], None],
     rounds: int | None = None,
+    group: str | None = None,
 ) -> list[JobMemory]:
     """Refresh every `interval_s` until interrupted (or `rounds` times); returns the last view."""
     client = HubClient.attach(address)
@@ -117,7 +122,7 @@ def watch_views(
     try:
         while rounds is None or done < rounds:
             started = time.monotonic()
-            last = cluster_memory(address, job, client=client, watched=watched)
+            last = cluster_memory(address, job, client=client, watched=watched, group=group)
             show(last)
             done += 1
             time.sleep(max(0.0, interval_s - (time.monotonic() - started)))

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
+from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
 
 app = typer.Typer()
 
@@ -16,6 +16,7 @@ app = typer.Typer()
 def stacks(
     address: Address = None,
     job: Job = None,
+    group: Group = None,
     ranks: Annotated[
         str | None, typer.Option("--ranks", help="Only these ranks, e.g. 0,3-5.")
     ] = None,
@@ -36,7 +37,7 @@ def stacks(
     from rankscope.stacks.collect import stack_reports
     from rankscope.stacks.render import render_stacks
 
-    reports = stack_reports(address, job, ranks, deadline)
+    reports = stack_reports(address, job, ranks, deadline, group=group)
     if as_json:
         out.print_json(to_json("stacks", reports))
     else:

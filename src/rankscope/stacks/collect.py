@@ -10,7 +10,7 @@ from rankscope.errors import UserError
 from rankscope.ranks import parse_rank_spec
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_ranks
+from rankscope.runtime.selection import filter_group, filter_ranks
 from rankscope.stacks.analysis import StackReport, confirmed, group_stacks
 from rankscope.stacks.model import ProcessStacks
 from rankscope.stacks.pyspy import PYSPY_TIMEOUT_S, dump_on_node
@@ -79,6 +79,7 @@ def stack_reports(
     *,
     client: HubClient | None = None,
     confirm_after_s: float = CONFIRM_AFTER_S,
+    group: str | None = None,
 ) -> list[StackReport]:
     """`rankscope stacks`: every selected job's processes, their stacks grouped, and the ranks
     stuck waiting for a rank of their group that is elsewhere (seen in two looks)."""
@@ -86,7 +87,7 @@ def stack_reports(
     client = client or HubClient.attach(address)
     reports = []
     for job_id, probes in client.jobs(job).items():
-        chosen = filter_ranks(probes, wanted)
+        chosen = filter_ranks(filter_group(probes, group), wanted)
         if not chosen:
             raise UserError(
                 f"--ranks {ranks}: no registered process of job {job_id} has those ranks"

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
+from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
 
 app = typer.Typer()
 
 
 @app.command()
 @handle_errors
-def status(address: Address = None, job: Job = None, as_json: Json = False) -> None:
+def status(
+    address: Address = None, job: Job = None, group: Group = None, as_json: Json = False
+) -> None:
     """Every registered process: rank, node, pid, actor, state, last heartbeat, version."""
     from rankscope.cli.output import to_json
     from rankscope.status.collect import any_lost, job_statuses
     from rankscope.status.render import render_status
 
-    jobs = job_statuses(address, job)
+    jobs = job_statuses(address, job, group)
     if as_json:
         data = {
             j.job_id: {"processes": j.processes, "deaths": j.deaths, "first_death": j.first_death}

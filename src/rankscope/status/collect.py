@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rankscope.hang.model import Death
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import by_group
+from rankscope.runtime.selection import by_group, filter_group
 
 __all__ = ["JobStatus", "any_lost", "job_statuses"]
 
@@ -24,12 +24,12 @@ class JobStatus:
     """When several ranks died: which died first and how the others followed."""
 
 
-def job_statuses(address: str | None, job: str | None) -> list[JobStatus]:
+def job_statuses(address: str | None, job: str | None, group: str | None = None) -> list[JobStatus]:
     """Every selected job's registry; Ray's GCS and the node explain each death."""
     from rankscope.hang.death import find_deaths
 
     client = HubClient.attach(address)
-    jobs = client.jobs(job)
+    jobs = {j: filter_group(probes, group) for j, probes in client.jobs(job).items()}
     dead = [p for probes in jobs.values() for p in probes if p.state == ProbeState.DEAD]
     deaths = find_deaths(dead) if dead else {}
     return [
