@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
 
 import ray
@@ -165,3 +167,39 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what: st
         if time.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+ENGINE = """
+import time
+
+
+def generate_tokens():
+    while True:
+        time.sleep(0.05)
+
+
+generate_tokens()
+"""
+
+
+class EngineOwner:
+    """A rollout worker that starts its inference engine as a child process, as verl's vLLM
+    and SGLang workers do: the setup hook never reaches the child."""
+
+    def __init__(self) -> None:
+        import rankscope
+
+        rankscope.init(rank=0, world_size=1, group="engine-test")
+        self.engine: subprocess.Popen[bytes] | None = None
+
+    def start_engine(self) -> int:
+        self.engine = subprocess.Popen([sys.executable, "-c", ENGINE])
+        return self.engine.pid
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stop_engine(self) -> None:
+        if self.engine is not None:
+            self.engine.kill()
+            self.engine.wait()

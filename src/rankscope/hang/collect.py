@@ -37,11 +37,22 @@ def hang_report(
     snapshots: dict[str, RecorderSnapshot] = {}
     if answers is not None:
         snapshots = {r.probe_id: r.payload for r in answers.replies if r.ok}
-    where = {
-        s.status.info.probe_id: headline(thread.frames)
-        for s in collect_stacks(client, live, deadline_s=deadline_s)
-        if (thread := active_thread(s.threads)) is not None
-    }
+    where: dict[str, str] = {}
+    children: dict[str, list[str]] = {}
+    for s in collect_stacks(client, live, deadline_s=deadline_s):
+        thread = active_thread(s.threads)
+        if thread is None:
+            continue
+        if s.parent is None:
+            where[s.status.info.probe_id] = headline(thread.frames)
+        else:  # an engine the rank started: where it is says what the rank waits for
+            ctx = s.status.context
+            children.setdefault(s.parent.info.probe_id, []).append(
+                f"its child pid {ctx.pid} ({ctx.actor_class}) is in {headline(thread.frames)}"
+            )
+    for probe_id, lines in children.items():
+        if probe_id in where:
+            where[probe_id] = "; ".join([where[probe_id], *lines])
     dead = [p for p in ranked if p.state == ProbeState.DEAD]
     deaths = find_deaths(dead) if dead else {}
     evidence = []

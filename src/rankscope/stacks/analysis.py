@@ -63,6 +63,8 @@ class StackMember:
     """The process's `rankscope.step()` count."""
     since_step_s: float | None = None
     """Seconds since its last `rankscope.step()`; None when it never called it."""
+    parent: str = ""
+    """For a child process (an engine a rank started): its parent's label, `rank 2`."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,7 @@ def group_stacks(
                 thread is active,
                 progress.step,
                 since_step,
+                proc.parent.context.label if proc.parent is not None else "",
             )
             key = tuple((f.filename, f.lineno, f.function) for f in thread.frames)
             buckets.setdefault(key, []).append((thread, member))
@@ -256,8 +259,11 @@ def label_members(members: Sequence[StackMember]) -> str:
     parts = []
     if ranks:
         parts.append(f"{'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}")
-    no_rank = sorted({(m.hostname, m.pid) for m in members if m.rank is None})
-    parts.extend(f"pid {pid}@{host}" for host, pid in no_rank)
+    no_rank = sorted({(m.parent, m.hostname, m.pid) for m in members if m.rank is None})
+    parts.extend(
+        f"{parent}'s child pid {pid}" if parent else f"pid {pid}@{host}"
+        for parent, host, pid in no_rank
+    )
     return "; ".join(parts)
 
 

@@ -11,7 +11,7 @@ from types import FrameType
 from typing import Any
 
 from rankscope.runtime.probe import OWN_THREAD_PREFIX, register_handler
-from rankscope.stacks.model import Frame, ThreadStack
+from rankscope.stacks.model import ChildProcess, Frame, ThreadStack
 
 _RANKSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _USER_CODE_INSIDE_RANKSCOPE = (os.path.join(_RANKSCOPE_DIR, "demo"),)
@@ -35,6 +35,31 @@ def capture_threads(skip_own: bool = True) -> tuple[ThreadStack, ...]:
 @register_handler("stacks")
 def _stacks_command(args: dict[str, Any]) -> tuple[ThreadStack, ...]:
     return capture_threads()
+
+
+MAX_CHILDREN = 32
+"""Child processes listed at most: an engine's workers, not a fork bomb."""
+
+
+@register_handler("children")
+def _children_command(args: dict[str, Any]) -> tuple[ChildProcess, ...]:
+    return child_processes()
+
+
+def child_processes() -> tuple[ChildProcess, ...]:
+    """Processes this one started (vLLM/SGLang engines, DataLoader workers): the setup hook
+    never reaches them, so `rankscope stacks` takes theirs with py-spy."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True)[:MAX_CHILDREN]:
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found.append(ChildProcess(child.pid, child.name()))
+        except psutil.Error:  # gone meanwhile
+            continue
+    return tuple(found)
 
 
 def walk(frame: FrameType | None) -> tuple[Frame, ...]:

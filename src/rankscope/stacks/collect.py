@@ -1,7 +1,12 @@
-"""Gathering stacks cluster-wide: ask every probe, then py-spy the ones that did not answer."""
+"""Gathering stacks cluster-wide: ask every probe, then py-spy the ones that did not answer.
+
+Child processes of the probed workers (a vLLM or SGLang engine a rollout worker started, which
+the setup hook never reaches) are py-spied too, labelled as their parent rank's children.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import ray
@@ -12,7 +17,7 @@ from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 from rankscope.runtime.selection import filter_group, filter_ranks
 from rankscope.stacks.analysis import StackReport, confirmed, group_stacks
-from rankscope.stacks.model import ProcessStacks
+from rankscope.stacks.model import ChildProcess, ProcessStacks
 from rankscope.stacks.pyspy import PYSPY_TIMEOUT_S, dump_on_node
 
 DEFAULT_DEADLINE_S = 2.0
@@ -22,9 +27,14 @@ normal progress has moved on by then, a stuck group has not."""
 
 
 def collect_stacks(
-    client: HubClient, probes: list[ProbeStatus], *, deadline_s: float = DEFAULT_DEADLINE_S
+    client: HubClient,
+    probes: list[ProbeStatus],
+    *,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    children: bool = True,
 ) -> list[ProcessStacks]:
-    """Stacks of every process in `probes`, by probe when it answers, else by py-spy."""
+    """Stacks of every process in `probes`, by probe when it answers, else by py-spy; and of
+    their child processes by py-spy (those py-spy cannot read, not Python, are left out)."""
     live = [p for p in probes if p.state != ProbeState.DEAD]
     result = client.fan_out("stacks", live, deadline_s=deadline_s) if live else None
     by_id = {p.info.probe_id: p for p in live}
@@ -39,6 +49,9 @@ def collect_stacks(
                 fallback.append((status, f"probe failed: {reply.error}"))
         fallback.extend((s, f"probe did not answer within {deadline_s:g}s") for s in result.missing)
     gathered.extend(_pyspy_all(fallback))
+    if children and result is not None:
+        answered = [by_id[r.probe_id] for r in result.replies if r.ok]
+        gathered.extend(_children_stacks(client, answered, deadline_s))
     now = time.time()
     gathered.extend(
         ProcessStacks(p, (), "none", f"process is dead (last heard {now - p.last_seen:.0f}s ago)")
@@ -46,6 +59,41 @@ def collect_stacks(
         if p.state == ProbeState.DEAD
     )
     return gathered
+
+
+def _children_stacks(
+    client: HubClient, parents: list[ProbeStatus], deadline_s: float
+) -> list[ProcessStacks]:
+    if not parents:
+        return []
+    by_id = {p.info.probe_id: p for p in parents}
+    asked = client.fan_out("children", parents, deadline_s=deadline_s)
+    targets = [
+        (_as_child(by_id[reply.probe_id], child), "")
+        for reply in asked.replies
+        if reply.ok
+        for child in reply.payload
+    ]
+    parent_of = {
+        child.info.probe_id: by_id[child.info.probe_id.split("/")[0]] for child, _ in targets
+    }
+    return [
+        dataclasses.replace(stacks, parent=parent_of[stacks.status.info.probe_id])
+        for stacks in _pyspy_all(targets)
+        if stacks.source == "py-spy"
+    ]
+
+
+def _as_child(parent: ProbeStatus, child: ChildProcess) -> ProbeStatus:
+    """The child seen through its parent's record: same node and job, its own pid, no rank."""
+    context = dataclasses.replace(
+        parent.context, pid=child.pid, rank=None, local_rank=None, actor_id=None,
+        actor_class=child.name, task_id=None,
+    )  # fmt: skip
+    info = dataclasses.replace(
+        parent.info, probe_id=f"{parent.info.probe_id}/{child.pid}", context=context
+    )
+    return dataclasses.replace(parent, info=info)
 
 
 def _pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:

@@ -40,6 +40,17 @@ class ProcessStacks:
     source: str
     """`probe` (answered itself), `py-spy` (taken from outside), or `none` (both failed)."""
     error: str = ""
+    parent: ProbeStatus | None = None
+    """For a child process the setup hook never reached: the probed process that started it
+    (`status` is then the parent's, with the child's pid and name)."""
+
+
+@dataclass(frozen=True)
+class ChildProcess:
+    """A process a probed worker started (a vLLM engine, a DataLoader worker)."""
+
+    pid: int
+    name: str
 
 
 def headline(frames: Sequence[Frame]) -> str:
