@@ -75,6 +75,9 @@ class MemorySnapshot:
     optimizer_state: int | None = None
     tracemalloc_current: int | None = None
     """Bytes Python objects hold as tracemalloc counts them (with track_allocations)."""
+    leak_detected: bool = False
+    """Taken by a MemoryProfiler with leak_detection: whether its history shows a leak by now
+    (`if snapshot.leak_detected: profiler.generate_report(...)`, as the guides write it)."""
 
     @property
     def node_used(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import functools
 import linecache
@@ -26,6 +27,8 @@ CUDA_HISTORY_ENTRIES = 100_000
 """Allocation events torch keeps for memory_viz with track_allocations on CUDA."""
 TRACEMALLOC_FRAMES = 1
 SUSPECTS_SHOWN = 10
+LEAK_RETEST_GROWTH = 1.1
+"""The leak test runs again on a snapshot when the history grew by this factor."""
 SUSPECTS_COST_FACTOR = 10.0
 """A reused comparison is redone no sooner than this many times what the last one took, so
 suspects of a huge Python heap cost at most about a tenth of one thread's time."""
@@ -98,6 +101,8 @@ class MemoryProfiler:
         """How long the last comparison took."""
         self._recording_cuda = False
         self._closed = False
+        self._verdict: tuple[int, bool] = (0, False)
+        """(history length when last tested, its verdict): `_leak_verdict` reuses it."""
         if track_allocations:
             self._start_tracking()
         with _profilers_lock:
@@ -128,7 +133,24 @@ class MemoryProfiler:
                 self._thin()
         if self._tracing and self._baseline is None and count > self.leak_thresholds.warmup:
             self._baseline = self._take_tracemalloc()
+        if self.leak_detection:
+            s = dataclasses.replace(s, leak_detected=self._leak_verdict(count))
+            with self._lock:
+                if self._snapshots and self._snapshots[-1].time == s.time:
+                    self._snapshots[-1] = s
         return s
+
+    def _leak_verdict(self, count: int) -> bool:
+        """The leak test over the history, redone when it grew by a tenth since the last one:
+        on 2,000 snapshots the test takes ~60 ms, so every step would cost the training."""
+        if count < self.leak_thresholds.warmup + self.leak_thresholds.min_points:
+            return False
+        tested, verdict = self._verdict
+        if tested and count < tested * LEAK_RETEST_GROWTH and count >= tested:
+            return verdict
+        verdict = any(f.leak for f in analysis.detect_leaks(self.snapshots, self.leak_thresholds))
+        self._verdict = (count, verdict)
+        return verdict
 
     def _thin(self) -> None:
         keep = self.leak_thresholds.warmup
