@@ -73,13 +73,11 @@ def verify_distributed_tensors(
     from rankscope.consistency.flatten import flatten_tensors
     from rankscope.consistency.transport import decode, encode
 
-    if deadline_s <= 0:
-        raise UserError(f"deadline_s must be > 0 seconds, got {deadline_s}")
+    _check_options(tolerance, reference, budget_bytes, deadline_s)  # the same on every rank
     transport = _transport(group, ranks, rank, deadline_s, f"verify/{operation_name}")
-    # Every rank reaches the first exchange, whatever its input: one rank raising before it
+    # Every rank reaches the first exchange, whatever its tensors: one rank raising before it
     # would leave the others waiting in the collective until the backend's timeout.
     try:
-        _check_options(tolerance, reference, budget_bytes, deadline_s)
         flat = flatten_tensors(tensor_dict, include_grads=include_grads)
     except UserError as exc:
         mine = RankFingerprints(transport.rank, (), input_error=str(exc))
