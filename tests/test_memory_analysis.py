@@ -306,3 +306,21 @@ def test_processes_without_a_rank_come_after_the_ranks_in_a_section_of_their_own
     lines = console.export_text().splitlines()
     rank0 = next(i for i, line in enumerate(lines) if line.startswith("│    0 "))
     assert lines[rank0 + 1].startswith("├") and lines[rank0 + 2].startswith("│    - ")
+
+
+def test_a_job_with_two_groups_of_ranks_shows_the_group_column():
+    from rich.console import Console
+
+    from rankscope.memory.render import render
+
+    def row(rank: int, pid: int, group: str) -> analysis.RankMemory:
+        s = MemorySnapshot(0.0, pid, GIB, GIB, NODE, NODE // 2)
+        return analysis.RankMemory(f"rank {rank}", rank, "10.0.0.1", pid, s, group=group)
+
+    view = analysis.cluster_view(
+        "job1", [row(0, 100, "10.0.0.1:29500"), row(0, 200, "10.0.0.1:29600")]
+    )
+    console = Console(width=120, record=True, color_system=None)
+    console.print(render(view))
+    text = console.export_text()
+    assert "│ group " in text and "10.0.0.1:29500" in text and "10.0.0.1:29600" in text

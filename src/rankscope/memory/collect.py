@@ -82,6 +82,7 @@ def collect(
                 snapshot=got.snapshot if got is not None else None,
                 leaks=leaks,
                 error=errors.get(pid, ""),
+                group=ctx.group,
             )
         )
     view = analysis.cluster_view(job_id, rows, thresholds)

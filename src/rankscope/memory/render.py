@@ -23,17 +23,24 @@ def render(view: analysis.ClusterMemory) -> RenderableType:
         title=f"job {view.job_id}: memory of {len(view.ranks)} processes (least headroom first)",
         title_justify="left",
     )
-    columns = ["rank", "node", "pid", "RSS", "USS", "node"]
+    several = len({r.group for r in view.ranks if r.rank is not None}) > 1
+    columns = [*(["group"] if several else []), "rank", "node", "pid", "RSS", "USS", "node"]
     if has_cuda:
         columns += ["alloc", "reserved", "GPU"]
     columns += ["free", "leak"]
     for c in columns:
-        table.add_column(c, justify="left" if c in ("node", "leak") else "right", no_wrap=True)
+        left = c in ("group", "node", "leak")
+        table.add_column(c, justify="left" if left else "right", no_wrap=True)
     for i, r in enumerate(view.ranks):
         if i > 0 and r.rank is None and view.ranks[i - 1].rank is not None:
             table.add_section()  # processes without a rank: apart from the ranks
         s = r.snapshot
-        head = ["-" if r.rank is None else str(r.rank), r.node, str(r.pid)]
+        head = [
+            *([r.group or "-"] if several else []),
+            "-" if r.rank is None else str(r.rank),
+            r.node,
+            str(r.pid),
+        ]
         if s is None:
             table.add_row(*head, Text(r.error or "no snapshot", style="red"))
             continue

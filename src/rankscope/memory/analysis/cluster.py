@@ -7,7 +7,7 @@ ranks, apart: they are not part of the training group the table compares.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rankscope.memory.analysis.verdicts import (
     Finding,
@@ -31,6 +31,8 @@ class RankMemory:
     error: str = ""
     """Why there is no snapshot (no answer, dead process)."""
     findings: tuple[Finding, ...] = ()
+    group: str | None = None
+    """The group of ranks it belongs to (a job may hold several: verl's worker groups)."""
     host_used_fraction: float | None = field(init=False)
     device_used_fraction: float | None = field(init=False)
     headroom: float | None = field(init=False)
@@ -76,15 +78,8 @@ def cluster_view(
 ) -> ClusterMemory:
     """Rows with their findings: ranks, then rank-less processes, each by headroom (least first)."""
     rows = [
-        RankMemory(
-            r.label,
-            r.rank,
-            r.node,
-            r.pid,
-            r.snapshot,
-            r.leaks,
-            r.error,
-            snapshot_findings(r.snapshot, thresholds) if r.snapshot is not None else (),
+        replace(
+            r, findings=snapshot_findings(r.snapshot, thresholds) if r.snapshot is not None else ()
         )
         for r in ranks
     ]
