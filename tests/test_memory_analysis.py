@@ -323,4 +323,4 @@ def test_a_job_with_two_groups_of_ranks_shows_the_group_column():
     console = Console(width=120, record=True, color_system=None)
     console.print(render(view))
     text = console.export_text()
-    assert "│ group " in text and "10.0.0.1:29500" in text and "10.0.0.1:29600" in text
+    assert "┃ group " in text and "10.0.0.1:29500" in text and "10.0.0.1:29600" in text
