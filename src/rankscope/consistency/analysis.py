@@ -206,9 +206,11 @@ def compare(
         p.name: p
         for p in plan_differences(gathered, reference=reference, budget_bytes=budget_bytes)
     }
+    all_ranks = tuple(sorted(gathered))
     checks = [
-        _check(
-            name, prints, plans.get(name), details, tolerance, reference, tuple(sorted(gathered))
+        _with_nonfinite(
+            _check_values(name, prints, plans.get(name), details, tolerance, reference, all_ranks),
+            prints,
         )
         for name, prints in sorted(_by_name(gathered).items())
     ]
@@ -236,16 +238,8 @@ def compare(
     )
 
 
-def _check(
-    name: str,
-    prints: dict[int, Fingerprint],
-    plan: DiffPlan | None,
-    details: Mapping[int, RankDetails],
-    tolerance: float,
-    reference: str | int,
-    all_ranks: tuple[int, ...],
-) -> TensorCheck:
-    check = _check_values(name, prints, plan, details, tolerance, reference, all_ranks)
+def _with_nonfinite(check: TensorCheck, prints: dict[int, Fingerprint]) -> TensorCheck:
+    """The ranks whose copy holds NaN or Inf, whatever the comparison found."""
     return replace(
         check,
         nan_ranks=tuple(sorted(r for r, f in prints.items() if f.nan)),
