@@ -134,9 +134,12 @@ def stack_reports(
     wanted = parse_rank_spec(ranks) if ranks is not None else None  # bad spec: fail before Ray
     client = client or HubClient.attach(address)
     reports = []
-    for job_id, probes in client.jobs(job).items():
+    jobs = client.jobs(job)
+    for job_id, probes in jobs.items():
         chosen = filter_ranks(filter_group(probes, group), wanted)
         if not chosen:
+            if wanted is not None and len(jobs) > 1:
+                continue  # another live job has them
             raise UserError(
                 f"--ranks {ranks}: no registered process of job {job_id} has those ranks"
             )
@@ -148,4 +151,6 @@ def stack_reports(
             again = group_stacks(job_id, collect_stacks(client, chosen, deadline_s=deadline_s))
             report = confirmed(report, again)
         reports.append(report)
+    if wanted is not None and not reports:
+        raise UserError(f"--ranks {ranks}: no registered process of any live job has those ranks")
     return reports
