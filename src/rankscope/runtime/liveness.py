@@ -1,10 +1,10 @@
 """Is a silent probe's process still there? Asked on the probe's own node, through Ray.
 
 Missed heartbeats alone cannot tell a dead process from a stuck one (GIL held, stopped,
-swapping), and the hub cannot see other nodes' processes, so it runs a zero-CPU task pinned to
-the probe's node. The answer errs towards "still there": only a process (or node) proven gone
-makes a probe dead. This is the one place the registry's rules meet Ray; `registry` decides
-what the answer means.
+swapping). The hub looks for a process on its own node itself; for other nodes' processes it
+runs a zero-CPU task pinned to the probe's node (which may first have to start a worker). The
+answer errs towards "still there": only a process (or node) proven gone makes a probe dead.
+This is the one place the registry's rules meet Ray; `registry` decides what the answer means.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from rankscope.runtime.protocol import ProbeInfo
 __all__ = ["process_still_exists"]
 
 
-@ray.remote(num_cpus=0)
 def _process_exists(pid: int, create_time: float) -> bool:
-    """Runs on the probe's node: is that very process (not a reused pid) still there?"""
+    """On the probe's node: is that very process (not a reused pid) still there?"""
     import psutil
 
     try:
@@ -30,10 +29,15 @@ def _process_exists(pid: int, create_time: float) -> bool:
         return False
 
 
+_process_exists_task = ray.remote(num_cpus=0)(_process_exists)
+
+
 async def process_still_exists(info: ProbeInfo, timeout_s: float) -> bool:
     """Whether the probe's process exists; True when its node is too slow to say in time."""
+    if info.context.node_id == ray.get_runtime_context().get_node_id():
+        return _process_exists(info.context.pid, info.create_time)
     try:
-        ref = _process_exists.options(
+        ref = _process_exists_task.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(info.context.node_id, soft=False)
         ).remote(info.context.pid, info.create_time)
         exists: bool = await asyncio.wait_for(ref, timeout=timeout_s)

@@ -22,6 +22,8 @@ from rankscope.stacks.pyspy import PYSPY_TIMEOUT_S, dump_on_node
 
 DEFAULT_DEADLINE_S = 2.0
 CONFIRM_AFTER_S = 1.0
+TASK_START_ALLOWANCE_S = 20.0
+"""A py-spy task may first need a new Ray worker process on a busy node (seconds each)."""
 """When the first look finds ranks stuck, look again this much later: a wait that is part of
 normal progress has moved on by then, a stuck group has not."""
 
@@ -105,10 +107,12 @@ def _pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:
         ctx = status.context
         refs[dump_on_node(ctx.node_id, ctx.pid)] = (status, why)
     out = []
-    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=PYSPY_TIMEOUT_S + 5.0)
+    timeout = PYSPY_TIMEOUT_S + TASK_START_ALLOWANCE_S
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
     for ref, (status, why) in refs.items():
         if ref not in ready:
-            out.append(ProcessStacks(status, (), "none", f"{why}; py-spy did not finish in time"))
+            late = f"{why}; py-spy's task did not finish within {timeout:.0f}s"
+            out.append(ProcessStacks(status, (), "none", late))
             ray.cancel(ref, force=True)
             continue
         try:
