@@ -95,6 +95,33 @@ def test_rank_that_skips_an_all_reduce_is_named_with_the_sequence_number_and_lin
     assert f"rank 3 is in wait_for_data workers.py:{line}" in text
 
 
+def test_torch_flight_recorder_shows_a_hang_that_rankscopes_recorder_did_not_see(
+    cluster, tmp_path
+):
+    flight_recorder = {"env_vars": {"TORCH_FR_BUFFER_SIZE": "2000"}}
+    actor = ray.remote(num_cpus=0)(GlooRank).options(runtime_env=flight_recorder)
+    actors = [actor.remote(r, 2) for r in range(2)]
+    ray.get([a.stop_recording.remote() for a in actors])
+    form_group(actors)
+    pids = ray.get([a.pid.remote() for a in actors])
+    wait_registered(pids, ranked=True)
+    ray.get([a.reduce_steps.remote(2) for a in actors])
+    release = tmp_path / "release"
+    actors[0].step_once.remote()
+    actors[1].step_once.remote(str(release))
+    try:
+        wait_until(lambda: _hang_json(*_group(pids))[0] == 1, timeout=20, what="the hang")
+        _, report = _hang_json(*_group(pids))
+    finally:
+        release.write_text("go")
+        for a in actors:
+            ray.kill(a)
+    [hang] = [f["message"] for f in report["findings"] if f["kind"] == "hang"]
+    assert "rank 0 wait in all_reduce #3 (float32[4])" in hang
+    assert "(seen by the torch flight recorder)" in hang
+    assert "rank 1 never entered #3, its last completed collective is #2" in hang
+
+
 def test_shape_mismatch_at_one_sequence_number_names_both_shapes(four_ranks):
     actors, pids = four_ranks
     for r, a in enumerate(actors):

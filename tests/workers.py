@@ -60,6 +60,14 @@ class GlooRank(GlooMember):
 
         dist.all_reduce(torch.ones(size))
 
+    def stop_recording(self) -> None:
+        """Stands for collectives rankscope's recorder cannot see (FSDP2, DTensor, C++)."""
+        import torch.distributed  # noqa: F401  (rankscope patches it on import: undo that)
+
+        from rankscope.hang.recorder import stop_recording
+
+        stop_recording()
+
     def make_groups(self, layout: dict[str, list[list[int]]]) -> None:
         """Every rank creates every group, in the same order; keeps the ones it belongs to."""
         import torch.distributed as dist

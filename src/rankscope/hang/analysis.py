@@ -101,13 +101,15 @@ def analyze_hang(
     by_rank = {e.rank: e for e in evidence}
     groups: dict[str, tuple[int, ...]] = {}
     for e in evidence:
-        groups.update(e.groups)
+        for name, ranks in e.groups.items():  # () when only torch's flight recorder saw it
+            if ranks or name not in groups:
+                groups[name] = ranks
     findings: list[HangFinding] = []
     states: list[GroupState] = []
     waits: dict[str, dict[int, CollectiveRecord]] = {}
     failed_groups: set[str] = set()
     for name in sorted(groups, key=_group_order):
-        members = groups[name] or tuple(sorted(by_rank))
+        members = groups[name] or _seen_in(name, by_rank)
         per_rank = {
             r: [rec for rec in by_rank[r].records if rec.group == name and not rec.p2p]
             for r in members
@@ -147,7 +149,7 @@ def _hangs(
     for name, waiting in waits.items():  # `waiting`: every rank inside a collective, when
         if not waiting:  # at least one of them has waited min_wait_s
             continue
-        members = groups[name] or tuple(sorted(by_rank))
+        members = groups[name] or _seen_in(name, by_rank)
         top = max(rec.seq for rec in waiting.values())
         at_top = sorted(r for r, rec in waiting.items() if rec.seq == top)
         rec = waiting[at_top[0]]
@@ -155,9 +157,10 @@ def _hangs(
         if not absent:
             continue  # everyone is in it: slow, not stuck (the watchdog covers that)
         waited = now - min(waiting[r].start for r in at_top)
+        seen_by = f" (seen by the {rec.source})" if rec.source else ""
         parts = [
             f"group {name} ({len(members)} ranks): {_ranks(at_top)} wait in {rec.op} "
-            f"#{top} ({rec.tensors}) for {waited:.1f} s"
+            f"#{top} ({rec.tensors}) for {waited:.1f} s{seen_by}"
         ]
         for r in absent:
             parts.append(_absent_rank(r, name, top, by_rank, waits))
@@ -209,6 +212,11 @@ def _failure(
     parts.extend(_absent_rank(r, name, top, by_rank, {}) for r in others)
     culprits = tuple(r for r in others if not _entered(per_rank.get(r, []), top))
     return HangFinding(FindingKind.FAILED, "; ".join(parts), name, culprits, top)
+
+
+def _seen_in(group: str, by_rank: dict[int, RankEvidence]) -> tuple[int, ...]:
+    """A group whose members no rank could name: the ranks that have called into it."""
+    return tuple(sorted(r for r, e in by_rank.items() if any(c.group == group for c in e.records)))
 
 
 def _entered(records: list[CollectiveRecord], seq: int) -> bool:
@@ -269,8 +277,8 @@ def _mismatches(name: str, per_rank: dict[int, list[CollectiveRecord]]) -> list[
             by_seq.setdefault(rec.seq, {})[rank] = rec
     for seq in sorted(by_seq):
         calls = by_seq[seq]
-        if len(calls) < 2:
-            continue
+        if len(calls) < 2 or len({c.source for c in calls.values()}) > 1:
+            continue  # two recorders name the same op differently (all_gather_into_tensor)
         for what, key in (("called", lambda c: c.op), ("passed", lambda c: c.tensors)):
             values = {r: key(c) for r, c in calls.items()}
             counts = Counter(values.values())

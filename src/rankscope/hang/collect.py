@@ -7,6 +7,7 @@ import time
 
 from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
 from rankscope.hang.death import find_deaths
+from rankscope.hang.flight import merge_flight
 from rankscope.hang.model import DeathKind, RecorderSnapshot
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
@@ -64,8 +65,8 @@ def hang_report(
         evidence.append(
             RankEvidence(
                 rank=p.context.rank or 0,
-                records=snapshot.records,
-                groups=snapshot.groups,
+                records=merge_flight(snapshot.records, snapshot.flight),
+                groups=_with_flight_groups(snapshot),
                 where=where.get(pid) or p.summaries.get("where"),
                 dead=p.state == ProbeState.DEAD,
                 death=deaths[pid].cause if pid in deaths else "",
@@ -75,6 +76,14 @@ def hang_report(
             )
         )
     return dataclasses.replace(analyze_hang(job_id, evidence, time.time(), min_wait_s), group=group)
+
+
+def _with_flight_groups(snapshot: RecorderSnapshot) -> dict[str, tuple[int, ...]]:
+    """rankscope's groups, and those only torch's flight recorder saw: with their ranks when
+    it knows them (NCCL), else () (the analysis then takes the ranks that called into it)."""
+    flight_only = {r.group for r in snapshot.flight if not r.p2p} - set(snapshot.groups)
+    seen = {name: snapshot.flight_groups.get(name, ()) for name in sorted(flight_only)}
+    return {**seen, **snapshot.groups}
 
 
 def _newest_per_rank(probes: list[ProbeStatus]) -> list[ProbeStatus]:

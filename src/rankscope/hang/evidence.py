@@ -7,8 +7,10 @@ need not be the main thread), so the hub still knows them after the process died
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from rankscope.hang.flight import read_flight_recorder
 from rankscope.hang.model import RecorderSnapshot
 from rankscope.hang.recorder import collective_recorder
 from rankscope.runtime.probe import register_handler, register_summary
@@ -20,7 +22,9 @@ SUMMARY_RECORDS = 16
 
 @register_handler("collectives")
 def _collectives_command(args: dict[str, Any]) -> RecorderSnapshot:
-    return collective_recorder().snapshot()
+    snapshot = collective_recorder().snapshot()
+    flight, flight_groups = read_flight_recorder()
+    return dataclasses.replace(snapshot, flight=flight, flight_groups=flight_groups)
 
 
 @register_summary("collectives")

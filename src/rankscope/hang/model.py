@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class CallState(str, enum.Enum):
@@ -33,6 +33,8 @@ class CollectiveRecord:
     p2p: bool = False
     error: str = ""
     """For a FAILED call, the backend's error in one line (gloo: "Connection closed by peer")."""
+    source: str = ""
+    """Who recorded it: "" for rankscope's recorder, else e.g. "torch flight recorder"."""
 
     @property
     def numel(self) -> int:
@@ -61,6 +63,10 @@ class RecorderSnapshot:
     dropped: int
     """Records pushed out of the ring buffer since the start."""
     recording: bool
+    flight: tuple[CollectiveRecord, ...] = ()
+    """torch's own flight recorder entries, when the job turned it on (see `hang.flight`)."""
+    flight_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Group name -> ranks, as the flight recorder knows them (NCCL's; empty for gloo)."""
 
 
 class DeathKind(str, enum.Enum):
