@@ -122,6 +122,24 @@ def test_memory_command_reuses_the_suspects_within_the_interval(monkeypatch):
         assert profiler.tracemalloc_snapshots == 4  # the yes/no takes no snapshot
 
 
+def test_the_probes_leak_test_is_reused_for_ten_times_what_it_took(monkeypatch):
+    """Over a long history the leak test takes hundreds of ms: `--watch` must not rerun it
+    every 2 s. The probe's path reuses it; `leak_report()` alone always tests afresh."""
+    import rankscope.memory.profiler as profiler_module
+
+    with rankscope.MemoryProfiler() as profiler:
+        for i in range(5):
+            profiler.take_snapshot(step=i)
+        monkeypatch.setattr(profiler_module, "SUSPECTS_COST_FACTOR", 1e9)  # "it took long"
+        assert profiler.leak_report(suspects_max_age_s=10).snapshots == 5
+        profiler.take_snapshot(step=5)
+        assert profiler.leak_report(suspects_max_age_s=10).snapshots == 5  # reused
+        assert profiler.leak_report().snapshots == 6  # no reuse asked: tested afresh
+        monkeypatch.setattr(profiler_module, "SUSPECTS_COST_FACTOR", 0.0)  # "it was quick"
+        profiler.take_snapshot(step=6)
+        assert profiler.leak_report(suspects_max_age_s=10).snapshots == 7
+
+
 # ------------------------------------------------------------------ oom_guard
 def test_memory_error_writes_a_verdict_and_reraises(tmp_path):
     guard = rankscope.oom_guard(tmp_path)

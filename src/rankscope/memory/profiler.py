@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from rankscope.memory import analysis
 from rankscope.memory import snapshot as snap
-from rankscope.memory.model import AllocationSite, MemorySnapshot
+from rankscope.memory.model import AllocationSite, LeakFinding, MemorySnapshot
 
 log = logging.getLogger("rankscope")
 
@@ -98,6 +98,9 @@ class MemoryProfiler:
         self._last_suspects: tuple[float, int, tuple[AllocationSite, ...]] | None = None
         """(monotonic time, limit, sites) of the last comparison."""
         self._suspects_cost_s = 0.0
+        self._last_leaks: tuple[float, int, tuple[LeakFinding, ...]] | None = None
+        """(monotonic time, snapshots tested, findings) of the last leak test."""
+        self._leaks_cost_s = 0.0
         """How long the last comparison took."""
         self._recording_cuda = False
         self._closed = False
@@ -176,15 +179,31 @@ class MemoryProfiler:
         self, *, suspects: int = SUSPECTS_SHOWN, suspects_max_age_s: float = 0.0
     ) -> analysis.LeakReport:
         """Every leak test (growth per step and per second, time until full) and suspects
-        (`suspects=0`: none, and no tracemalloc snapshot; `suspects_max_age_s`: see `suspects`)."""
-        history = self.snapshots
-        findings = analysis.detect_leaks(history, self.leak_thresholds)
+        (`suspects=0`: none, and no tracemalloc snapshot; `suspects_max_age_s`: see `suspects`).
+
+        With `suspects_max_age_s`, the leak test itself (hundreds of milliseconds over a long
+        history) is also reused while younger than SUSPECTS_COST_FACTOR times what it took, so
+        a `memory --watch` every 2 s never spends more than a tenth of a thread on it.
+        """
+        findings, tested = self._leak_findings(reuse=suspects_max_age_s > 0)
         return analysis.LeakReport(
             label=self.label,
-            snapshots=len(history),
+            snapshots=tested,
             findings=findings,
             suspects=self.suspects(suspects, max_age_s=suspects_max_age_s),
         )
+
+    def _leak_findings(self, *, reuse: bool) -> tuple[tuple[LeakFinding, ...], int]:
+        last = self._last_leaks
+        spacing = SUSPECTS_COST_FACTOR * self._leaks_cost_s
+        if reuse and last is not None and time.monotonic() - last[0] < spacing:
+            return last[2], last[1]
+        started = time.monotonic()
+        history = self.snapshots
+        findings = analysis.detect_leaks(history, self.leak_thresholds)
+        self._leaks_cost_s = time.monotonic() - started
+        self._last_leaks = (time.monotonic(), len(history), findings)
+        return findings, len(history)
 
     def suspects(
         self, limit: int = SUSPECTS_SHOWN, *, max_age_s: float = 0.0
@@ -276,6 +295,7 @@ class MemoryProfiler:
         self._tracing = False
         self._baseline = None
         self._last_suspects = None
+        self._last_leaks = None
         if self._recording_cuda:
             torch = snap.torch_if_loaded()
             with contextlib.suppress(Exception):
