@@ -7,9 +7,18 @@ import typer.main
 import rankscope.cli.main as cli
 
 EXPECTED = {
-    "stacks": {"--address", "--job", "--group", "--ranks", "--json", "--deadline", "--all-frames"},
+    "stacks": {
+        "--address",
+        "--job",
+        "--group",
+        "--ranks",
+        "--json",
+        "--deadline",
+        "--all-frames",
+        "--all",
+    },
     "status": {"--address", "--job", "--group", "--json"},
-    "hang": {"--address", "--job", "--group", "--json", "--min-wait"},
+    "hang": {"--address", "--job", "--group", "--json", "--min-wait", "--all"},
     "events": {"--address", "--job", "--kind", "--limit", "--json"},
     "demo": {"--fault", "--workers", "--steps"},
     "memory": {"--address", "--job", "--group", "--watch", "--json"},

@@ -22,6 +22,9 @@ def hang(
         float,
         typer.Option("--min-wait", help="Seconds in one collective before it counts as stuck."),
     ] = 5.0,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Every finding and collective group, however many.")
+    ] = False,
 ) -> None:
     """Which rank hangs, in which collective, and where: collectives aligned across ranks."""
     from rankscope.cli.output import to_json
@@ -33,6 +36,6 @@ def hang(
         out.print_json(to_json("hang", reports))
     else:
         for report in reports:
-            out.print(render_hang(report))
+            out.print(render_hang(report, show_all=show_all))
     if any(not r.ok for r in reports):
         raise typer.Exit(ExitCode.FINDING)

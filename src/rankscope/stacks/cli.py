@@ -27,6 +27,10 @@ def stacks(
     all_frames: Annotated[
         bool, typer.Option("--all-frames", help="Do not fold library frames.")
     ] = False,
+    show_all: Annotated[
+        bool,
+        typer.Option("--all", help="Every distinct stack and every rank, however many."),
+    ] = False,
 ) -> None:
     """Python stacks of every thread of every rank, grouped by identical stack.
 
@@ -42,6 +46,6 @@ def stacks(
         out.print_json(to_json("stacks", reports))
     else:
         for report in reports:
-            out.print(render_stacks(report, all_frames=all_frames))
+            out.print(render_stacks(report, all_frames=all_frames, show_all=show_all))
     if any(not r.ok for r in reports):
         raise typer.Exit(ExitCode.FINDING)
