@@ -5,6 +5,11 @@ not fit is counted, not kept) and are appended in batches to `<run_dir>/<job>/ev
 reads look back from the end of that file. Artifacts (reports) are written to a temporary name
 and renamed, so a reader never sees half a file. File work runs in threads, off the hub's loop.
 
+What lands here holds stacks, arguments and logs: directories are created 0700 and files 0600,
+readable by the job's user only. A disk that refuses writes (full: ENOSPC, read-only, quota)
+costs events, never the hub or the job: each lost event is counted in `dropped` and the hub
+logs one warning, the first time.
+
 No Ray here beyond asking the Ray session where its directory is.
 """
 
@@ -12,8 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
+import logging
 import os
+import stat
 import tempfile
 from dataclasses import asdict
 from typing import Any
@@ -22,13 +30,22 @@ from rankscope.config import Config
 from rankscope.runtime.protocol import Event
 
 __all__ = [
+    "DIR_MODE",
     "EVENT_SCAN_BYTES",
+    "FILE_MODE",
     "EventSink",
     "append_events",
     "choose_run_dir",
+    "private_dir",
     "tail_events",
     "write_atomically",
 ]
+
+log = logging.getLogger("rankscope")
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+"""Run-directory files hold stacks, arguments and logs: the job's user only."""
 
 EVENT_SCAN_BYTES = 64 << 20
 """How far back from the end of events.jsonl a read looks for matching events."""
@@ -55,6 +72,8 @@ class EventSink:
     def __init__(self, run_dir: str, queue_size: int) -> None:
         self.run_dir = run_dir
         self.dropped = 0  # events lost: the queue was full, or the disk refused them
+        self.write_error = ""
+        """The first write error (e.g. `No space left on device`); warned about once."""
         self._queue: asyncio.Queue[tuple[str, str, Event]] = asyncio.Queue(maxsize=queue_size)
 
     def offer(self, job_id: str, probe_id: str, event: Event) -> None:
@@ -72,8 +91,20 @@ class EventSink:
                 batch.append(self._queue.get_nowait())
             try:
                 await asyncio.to_thread(append_events, self.run_dir, batch)
-            except OSError:
-                self.dropped += len(batch)
+            except OSError as exc:
+                self.refused(len(batch), exc)
+
+    def refused(self, count: int, exc: OSError) -> None:
+        """The disk refused `count` events: count them; warn the first time only."""
+        self.dropped += count
+        if not self.write_error:
+            self.write_error = exc.strerror or str(exc)
+            log.warning(
+                "rankscope hub: cannot write events under %s (%s); dropping them and counting "
+                "the loss (`dropped_events` in the hub's info); the job is not affected",
+                self.run_dir,
+                self.write_error,
+            )
 
 
 def append_events(run_dir: str, batch: list[tuple[str, str, Event]]) -> None:
@@ -82,10 +113,22 @@ def append_events(run_dir: str, batch: list[tuple[str, str, Event]]) -> None:
     for job_id, probe_id, event in batch:
         by_job[job_id].append(json.dumps({"probe_id": probe_id, **asdict(event)}, default=str))
     for job_id, lines in by_job.items():
-        job_dir = os.path.join(run_dir, job_id or "no-job")
-        os.makedirs(job_dir, exist_ok=True)
-        with open(os.path.join(job_dir, "events.jsonl"), "a", encoding="utf-8") as f:
+        job_dir = private_dir(run_dir, job_id)
+        path = os.path.join(job_dir, "events.jsonl")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        with open(fd, "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
+
+
+def private_dir(run_dir: str, job_id: str) -> str:
+    """`<run_dir>/<job>`, created (with `run_dir`) readable by this user only; its path."""
+    job_dir = os.path.join(run_dir, job_id or "no-job")
+    if not os.path.isdir(job_dir):
+        for path in (run_dir, job_dir):
+            if not os.path.isdir(path):
+                os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+                os.chmod(path, DIR_MODE)  # makedirs' mode is filtered by the umask
+    return job_dir
 
 
 def tail_events(
@@ -94,6 +137,8 @@ def tail_events(
     """The job's last `limit` events (of `kinds`, by prefix, when given), oldest first."""
     path = os.path.join(run_dir, job_id or "no-job", "events.jsonl")
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return []  # a device or a pipe in its place: nothing to read back
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             start = max(0, f.tell() - EVENT_SCAN_BYTES)
@@ -118,10 +163,15 @@ def tail_events(
 
 def write_atomically(run_dir: str, job_id: str, name: str, text: str) -> str:
     """Write `<run_dir>/<job>/<name>` through a temporary file and a rename; returns its path."""
-    job_dir = os.path.join(run_dir, job_id or "no-job")
-    os.makedirs(job_dir, exist_ok=True)
+    job_dir = private_dir(run_dir, job_id)
     path = os.path.join(job_dir, name)
-    with tempfile.NamedTemporaryFile("w", dir=job_dir, delete=False, encoding="utf-8") as f:
-        f.write(text)
-    os.replace(f.name, path)
+    fd, tmp = tempfile.mkstemp(dir=job_dir, prefix=".tmp-")  # created 0600; the rename keeps it
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # no half-written temporary left behind on a full disk
+        raise
     return path
