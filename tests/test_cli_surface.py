@@ -23,6 +23,8 @@ EXPECTED = {
     "demo": {"--fault", "--workers", "--steps"},
     "memory": {"--address", "--job", "--group", "--watch", "--json"},
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
+    "report": {"--address", "--job", "--output", "--open", "--json"},
+    "ckpt": set(),  # a group: frozen in test_ckpt_cli.py
     "debug": set(),  # a group: `debug list` and `debug attach`, frozen in test_debug_local.py
 }
 
@@ -32,7 +34,6 @@ def _surface() -> dict[str, set[str]]:
     return {
         name: {opt for p in command.params for opt in p.opts if opt.startswith("--")}
         for name, command in group.commands.items()  # type: ignore[attr-defined]
-        if name in EXPECTED
     }
 
 
@@ -66,7 +67,7 @@ def test_every_command_keeps_the_exit_code_contract():
         return False
 
     commands = _commands(typer.main.get_command(cli.app))
-    assert len(commands) == 12
+    assert len(commands) >= len(EXPECTED)
     assert [c.name for c in commands if not guarded(c.callback)] == []  # type: ignore[attr-defined]
 
 
@@ -112,7 +113,6 @@ def test_help_shows_flags_as_flags_and_values_with_their_type():
     from typer.testing import CliRunner
 
     paths = _command_paths(typer.main.get_command(cli.app))
-    assert len(paths) == 15  # the root, two groups, 12 commands
     helps = {p: CliRunner().invoke(cli.app, [*p, "--help"], terminal_width=100) for p in paths}
     for path, result in helps.items():
         assert result.exit_code == 0, (path, result.output)

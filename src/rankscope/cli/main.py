@@ -22,6 +22,7 @@ from rankscope.doctor import cli as doctor
 from rankscope.events import cli as events
 from rankscope.hang import cli as hang
 from rankscope.memory import cli as memory
+from rankscope.report import cli as report
 from rankscope.stacks import cli as stacks
 from rankscope.status import cli as status
 
@@ -34,6 +35,7 @@ FEATURES: list[tuple[typer.Typer, str | None, str | None]] = [
     (doctor.app, None, None),
     (demo.app, None, None),
     (memory.app, None, None),
+    (report.app, None, None),
     (ckpt.app, "ckpt", "Checkpoints: inspect, diff, convert HF <-> mcore."),
     (debug.app, "debug", "Debug sessions: list paused ranks, attach to one."),
 ]

@@ -1,0 +1,125 @@
+"""From a run's data to a report: the sections, the verdict in one sentence, the timeline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rankscope.report.model import RunData, RunReport, Section, Severity, TimelineItem
+from rankscope.report.sections import SECTIONS, process_label
+
+VERDICT_ORDER = ("hang", "ranks", "consistency", "memory", "debug")
+"""Whose finding becomes the page's first sentence: a hang explains the deaths that follow it."""
+MAX_TIMELINE = 500
+"""Timeline items at most: every warning and failure first, then the rest, evenly thinned."""
+
+_SEVERITIES = {
+    "critical": Severity.FAIL,
+    "error": Severity.FAIL,
+    "fail": Severity.FAIL,
+    "warning": Severity.WARN,
+    "warn": Severity.WARN,
+}
+
+
+def build_report(data: RunData, now: float) -> RunReport:
+    sections = tuple(s for build in SECTIONS if (s := build(data, now)) is not None)
+    return RunReport(
+        job_id=data.job_id,
+        source=data.source,
+        generated_at=now,
+        verdict=verdict(sections, data),
+        timeline=timeline(data),
+        sections=sections,
+        notes=data.notes,
+    )
+
+
+def verdict(sections: Iterable[Section], data: RunData) -> str:
+    """The one sentence a user paged at 3 a.m. reads first."""
+    by_key = {s.key: s for s in sections}
+    order = [*VERDICT_ORDER, *(k for k in by_key if k not in VERDICT_ORDER)]
+    for key in order:
+        section = by_key.get(key)
+        if section is not None and section.findings:
+            more = sum(len(s.findings) for s in by_key.values()) - 1
+            return section.findings[0] + (f" ({more} more findings below)" if more else "")
+    if not by_key:
+        return (
+            f"nothing recorded for job {data.job_id} yet: no events, no reports, no live "
+            "processes (does the job call rankscope.init() or use the setup hook?)"
+        )
+    return "no finding: no hang, no dead rank, no inconsistency, no memory verdict"
+
+
+def timeline(data: RunData) -> tuple[TimelineItem, ...]:
+    """The run's events on one time axis, with the live deaths, oldest first, bounded."""
+    who = _labels(data)
+    items = [_item(e, who) for e in data.events if e.get("kind") != "probe.registered"]
+    registered = [e for e in data.events if e.get("kind") == "probe.registered"]
+    if registered:
+        first = min(e.get("time", 0.0) for e in registered)
+        items.append(TimelineItem(first, "start", f"{len(who)} processes registered"))
+    for p in data.processes:
+        if p.get("state") == "dead":
+            probe_id = p["info"]["probe_id"]
+            cause = data.deaths.get(probe_id, "")
+            text = "died" + (f": {cause}" if cause else "")
+            items.append(
+                TimelineItem(
+                    p.get("last_seen", 0.0), "death", text, Severity.FAIL, who.get(probe_id, "?")
+                )
+            )
+    items.sort(key=lambda i: i.time)
+    if len(items) <= MAX_TIMELINE:
+        return tuple(items)
+    loud = [i for i in items if i.severity is not Severity.INFO][:MAX_TIMELINE]
+    quiet = [i for i in items if i.severity is Severity.INFO]
+    room = MAX_TIMELINE - len(loud)
+    step = max(1, len(quiet) // max(1, room))
+    return tuple(sorted([*loud, *quiet[::step][:room]], key=lambda i: i.time))
+
+
+def _item(event: Mapping[str, Any], who: Mapping[str, str]) -> TimelineItem:
+    kind = str(event.get("kind", "?"))
+    payload = event.get("payload") or {}
+    text, severity = _describe(kind, payload)
+    return TimelineItem(
+        float(event.get("time", 0.0)), kind, text, severity, who.get(str(event.get("probe_id")), "")
+    )
+
+
+def _describe(kind: str, payload: Mapping[str, Any]) -> tuple[str, Severity]:
+    if kind == "hang_report":
+        findings = payload.get("findings") or ["no finding"]
+        return f"watchdog: {findings[0]}", Severity.FAIL if payload.get(
+            "findings"
+        ) else Severity.WARN
+    if kind == "consistency":
+        ok = payload.get("ok", True)
+        return f"{payload.get('operation_name')}: {payload.get('summary')}", (
+            Severity.INFO if ok else Severity.FAIL
+        )
+    if kind == "memory.oom":
+        return (
+            f"out of memory: {payload.get('summary', payload.get('error_type', ''))}",
+            Severity.FAIL,
+        )
+    if kind == "debug_session_opened":
+        return f"paused at {payload.get('location')} ({payload.get('reason')})", Severity.WARN
+    text = payload.get("message") or payload.get("summary") or kind
+    severity = _SEVERITIES.get(str(payload.get("severity", "")).lower(), Severity.INFO)
+    return str(text), severity
+
+
+def _labels(data: RunData) -> dict[str, str]:
+    """probe id -> `rank 3` (or `pid 123@host`), from the live registry or the registrations."""
+    labels: dict[str, str] = {}
+    for e in data.events:
+        if e.get("kind") == "probe.registered":
+            labels[str(e.get("probe_id"))] = process_label(
+                (e.get("payload") or {}).get("context") or {}
+            )
+    for p in data.processes:
+        labels[p["info"]["probe_id"]] = process_label(p["info"]["context"])
+    return labels

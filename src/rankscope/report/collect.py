@@ -1,0 +1,132 @@
+"""Gathering one job's data for its report: the run directory, and the hub when it is live.
+
+A run directory is `<run_dir>/<job>/` (events.jsonl and the JSON reports features wrote) or
+the `<run_dir>` above it. Without a path, the hub says where its run directory is; when that
+path is not on this machine (the CLI runs elsewhere than the head node), the events come
+through the hub and the page says which files it could not read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from rankscope.errors import UserError
+from rankscope.report.model import RunData
+from rankscope.runtime.run_dir import tail_events
+from rankscope.serialize import plain
+
+EVENT_LIMIT = 20_000
+"""Events read at most (the newest): enough for a run's story, bounded for huge runs."""
+MAX_ARTIFACTS = 20
+"""JSON reports read at most (the newest)."""
+ARTIFACT_BYTES = 32 << 20
+"""A JSON report bigger than this is skipped (named in the page's notes)."""
+
+
+def collect_run(
+    path: str | None, address: str | None, job: str | None, *, live: bool = True
+) -> RunData:
+    """From a run directory when `path` is given, else through the hub (with a live snapshot)."""
+    if path is not None:
+        job_dir = find_job_dir(path, job)
+        if job_dir is None:
+            return RunData(job_id=job or "?", source=os.path.abspath(path))
+        run_dir, job_id = os.path.split(job_dir)
+        events = tuple(tail_events(run_dir, job_id, None, EVENT_LIMIT))
+        artifacts, notes = read_artifacts(job_dir)
+        return RunData(job_id, os.path.abspath(job_dir), events, artifacts, notes=notes)
+    return _from_hub(address, job, live=live)
+
+
+def find_job_dir(path: str, job: str | None) -> str | None:
+    """The job's directory under `path`; None for an empty run directory."""
+    if not os.path.isdir(path):
+        raise UserError(f"{path}: not a directory; give a run directory (<run_dir>/<job>/)")
+    if _is_job_dir(path):
+        if job is not None and os.path.basename(os.path.normpath(path)) != job:
+            raise UserError(f"--job {job}: {path} is the directory of another job")
+        return path
+    entries = os.listdir(path)
+    jobs = sorted(e for e in entries if _is_job_dir(os.path.join(path, e)))
+    if job is not None:
+        if job not in jobs:
+            raise UserError(
+                f"--job {job}: no such job in {path} (jobs there: {', '.join(jobs) or 'none'})"
+            )
+        return os.path.join(path, job)
+    if jobs:
+        return max((os.path.join(path, j) for j in jobs), key=_last_written)
+    if entries:
+        raise UserError(
+            f"{path}: not a rankscope run directory (no events.jsonl or reports in it or in "
+            "its subdirectories); RANKSCOPE_RUN_DIR or `rankscope events` says where it is"
+        )
+    return None
+
+
+def read_artifacts(job_dir: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The newest JSON reports of a job directory, parsed; what could not be read, as notes."""
+    names = [n for n in os.listdir(job_dir) if n.endswith(".json")]
+    names.sort(key=lambda n: os.path.getmtime(os.path.join(job_dir, n)))
+    artifacts: dict[str, Any] = {}
+    notes: list[str] = []
+    for name in names[-MAX_ARTIFACTS:]:
+        full = os.path.join(job_dir, name)
+        if os.path.getsize(full) > ARTIFACT_BYTES:
+            notes.append(f"{name}: larger than {ARTIFACT_BYTES >> 20} MiB, not read")
+            continue
+        try:
+            with open(full, encoding="utf-8") as f:
+                artifacts[name] = json.load(f)
+        except (OSError, ValueError) as exc:
+            notes.append(f"{name}: unreadable ({type(exc).__name__}), skipped")
+    return artifacts, tuple(notes)
+
+
+def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
+    from rankscope.hang.collect import hang_reports
+    from rankscope.runtime.client import HubClient
+    from rankscope.status.collect import job_statuses
+
+    client = HubClient.attach(address)
+    job_id = next(iter(client.jobs(job)))
+    events = tuple(client.events(job_id, None, EVENT_LIMIT))
+    run_dir = client.info().run_dir
+    job_dir = os.path.join(run_dir, job_id)
+    artifacts: dict[str, Any] = {}
+    notes: tuple[str, ...] = ()
+    if os.path.isdir(job_dir):
+        artifacts, notes = read_artifacts(job_dir)
+    else:
+        notes = (
+            f"the run directory {job_dir} is on the hub's node, not here: its reports are "
+            "left out (run `rankscope report` there for them)",
+        )
+    [status] = job_statuses(address, job_id)
+    processes = tuple(plain(p) for p in status.processes)
+    alive = any(p.get("state") != "dead" for p in processes)
+    hang = tuple(plain(r) for r in hang_reports(address, job_id, 5.0)) if live and alive else ()
+    return RunData(
+        job_id,
+        f"the hub ({job_dir})",
+        events,
+        artifacts,
+        processes=processes,
+        deaths=status.deaths,
+        first_death=status.first_death,
+        hang=hang,
+        notes=notes,
+    )
+
+
+def _is_job_dir(path: str) -> bool:
+    if not os.path.isdir(path):
+        return False
+    names = os.listdir(path)
+    return "events.jsonl" in names or any(n.endswith(".json") for n in names)
+
+
+def _last_written(job_dir: str) -> float:
+    return max(os.path.getmtime(os.path.join(job_dir, n)) for n in os.listdir(job_dir))

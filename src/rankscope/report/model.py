@@ -1,0 +1,101 @@
+"""What a job report holds: the run's data in, a verdict, a timeline and sections out."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class TimelineItem:
+    """One event of the run on the report's time axis."""
+
+    time: float
+    kind: str
+    text: str
+    severity: Severity = Severity.INFO
+    who: str = ""
+    """The rank (or process) it came from, e.g. `rank 3`."""
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    omitted: str = ""
+    """What was folded away to keep the page small (e.g. "4,090 alive ranks")."""
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    points: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    unit: str
+    """"bytes", "s" or "": how the y axis is written."""
+    series: tuple[Series, ...]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One feature's part of the report; present only when the run has data for it."""
+
+    key: str
+    title: str
+    findings: tuple[str, ...] = ()
+    """Sentences that say what went wrong (none: the section is healthy)."""
+    summary: str = ""
+    tables: tuple[Table, ...] = ()
+    charts: tuple[Chart, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything collected about one job: the run directory's files and, when the job is
+    live, a fresh snapshot through the hub. Plain JSON-like values: the report is pure."""
+
+    job_id: str
+    source: str
+    """Where the data came from: the run directory's path, or "the hub" when it is remote."""
+    events: tuple[dict[str, Any], ...] = ()
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    """Parsed JSON artifacts of the run directory by file name (hang and memory reports)."""
+    processes: tuple[dict[str, Any], ...] = ()
+    """The live registry (`status --json`'s processes), empty when the job is not live."""
+    deaths: dict[str, str] = field(default_factory=dict)
+    first_death: str = ""
+    hang: tuple[dict[str, Any], ...] = ()
+    """Live hang reports (`hang --json`'s data)."""
+    notes: tuple[str, ...] = ()
+    """What could not be read, said once on the page."""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    job_id: str
+    source: str
+    generated_at: float
+    verdict: str
+    timeline: tuple[TimelineItem, ...]
+    sections: tuple[Section, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.sections)

@@ -1,0 +1,262 @@
+"""One function per feature: its section of the job report from the run's data (pure).
+
+Each returns None when the run holds nothing of that feature, so a page shows only what
+happened. A new feature adds one function here and one line in SECTIONS.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from rankscope.ranks import format_ranks
+from rankscope.report.model import Chart, RunData, Section, Series, Table
+from rankscope.units import ago, human_bytes
+
+MAX_ROWS = 64
+"""Rows per table at most: the odd ranks first, the healthy rest folded into one line."""
+MAX_SERIES = 16
+"""Lines per chart at most: beyond, the chart shows the min, median and max over ranks."""
+MAX_POINTS = 400
+"""Points per line at most (thinned evenly)."""
+
+
+def ranks_section(data: RunData, now: float) -> Section | None:
+    """Who took part and who died, from the live registry or the run's registrations."""
+    rows = [_process_row(p, data.deaths, now) for p in data.processes]
+    if not rows:
+        rows = [_registered_row(e) for e in _latest_registrations(data.events)]
+    if not rows:
+        return None
+    dead = [r for r in rows if r[5] == "dead"]
+    findings = tuple(f"{r[0]} is dead: {r[7] or 'no cause known'}" for r in dead[:8])
+    if data.first_death:
+        findings = (data.first_death, *findings)
+    odd = [r for r in rows if r[5] != "alive"]
+    table = _fold(
+        ("process", "group", "node", "pid", "actor", "state", "step", "cause"),
+        odd,
+        [r for r in rows if r[5] == "alive"],
+        "alive",
+    )
+    live = "live snapshot" if data.processes else "as registered (the job is not live)"
+    summary = f"{len(rows)} processes, {len(dead)} dead ({live})"
+    return Section("ranks", "Ranks", findings, summary, (table,))
+
+
+def hang_section(data: RunData, now: float) -> Section | None:
+    """Live hang findings, and the watchdog's reports written during the run."""
+    findings: list[str] = []
+    rows = []
+    for report in data.hang:
+        findings.extend(f["message"] for f in report.get("findings", ()))
+        for g in report.get("groups", ()):
+            waiting = format_ranks(g.get("waiting") or ()) or "-"
+            rows.append((str(g["group"]), format_ranks(g["ranks"]), f"#{g['last_seq']}", waiting))
+    written = [e for e in data.events if e.get("kind") == "hang_report"]
+    for event in written:
+        payload = event.get("payload", {})
+        findings.extend(m for m in payload.get("findings", ()) if m not in findings)
+    if not data.hang and not written:
+        return None
+    tables = (Table(("group", "ranks", "last collective", "in a collective"), tuple(rows)),)
+    notes = tuple(
+        f"watchdog report {ago(now, e.get('time', now))} ago: {e['payload'].get('path', '?')} "
+        f"({e['payload'].get('reason', '')})"
+        for e in written
+    )
+    summary = "live: " + ("no rank is stuck" if data.hang and not findings else "see findings")
+    return Section("hang", "Hangs and collectives", tuple(findings), summary, tables, (), notes)
+
+
+def consistency_section(data: RunData, now: float) -> Section | None:
+    """`verify_distributed_tensors` checks: the ones out of tolerance and their odd ranks."""
+    checks = [e for e in data.events if e.get("kind") == "consistency"]
+    if not checks:
+        return None
+    latest: dict[str, dict[str, Any]] = {}
+    for e in checks:  # the same check on every rank: one row per operation and time
+        p = e.get("payload", {})
+        latest[f"{p.get('operation_name')}@{round(e.get('time', 0), 1)}"] = p
+    failing = [p for p in latest.values() if not p.get("ok", True)]
+    rows = [
+        (
+            str(p.get("operation_name", "?")),
+            "ok" if p.get("ok", True) else "DIFFERS",
+            format_ranks(p.get("ranks") or ()),
+            str(p.get("differing_total", 0)),
+            str(p.get("summary", "")),
+        )
+        for p in sorted(latest.values(), key=lambda p: bool(p.get("ok", True)))
+    ]
+    findings = tuple(f"{p.get('operation_name')}: {p.get('summary')}" for p in failing[:8])
+    table = Table(("operation", "result", "ranks", "tensors differing", "summary"), tuple(rows))
+    summary = f"{len(latest)} checks, {len(failing)} out of tolerance"
+    return Section("consistency", "Consistency across ranks", findings, summary, (table,))
+
+
+def memory_section(data: RunData, now: float) -> Section | None:
+    """OOM verdicts, leak verdicts and per-rank memory over time from memory profiles."""
+    ooms = [e.get("payload", {}) for e in data.events if e.get("kind") == "memory.oom"]
+    profiles = [a for name, a in sorted(data.artifacts.items()) if name.startswith("memory-")]
+    if not ooms and not profiles:
+        return None
+    findings = [f"{o.get('label', '?')}: {o.get('summary', o.get('error_type', ''))}" for o in ooms]
+    rss: dict[str, list[tuple[float, float]]] = {}
+    rows = []
+    for profile in profiles[-1:]:  # the newest profile speaks for the run
+        body = profile.get("data") or {}
+        labels = {r.get("pid"): r.get("label") for r in (body.get("memory") or {}).get("ranks", ())}
+        for reply in body.get("replies", ()):
+            pid = (reply.get("snapshot") or {}).get("pid", "?")
+            label = str(labels.get(pid) or f"pid {pid}")
+            history = reply.get("history") or [reply.get("snapshot") or {}]
+            rss[label] = [(s["time"], s["rss"]) for s in history if "rss" in s and "time" in s]
+            leaking = [f for f in reply.get("leaks", ()) if f.get("leak")]
+            findings.extend(f"{label}: {f['metric']} leaks: {f['reason']}" for f in leaking)
+            rows.append(
+                (
+                    label,
+                    human_bytes((reply.get("snapshot") or {}).get("rss", 0)),
+                    "; ".join(f["metric"] for f in leaking) or "no leak",
+                )
+            )
+    charts = (Chart("host RSS per rank", "bytes", _series(rss)),) if rss else ()
+    tables = (Table(("process", "RSS", "leak test"), tuple(rows)),) if rows else ()
+    summary = f"{len(ooms)} out-of-memory verdicts, {len(profiles)} memory profiles"
+    return Section("memory", "Memory", tuple(findings), summary, tables, charts)
+
+
+def debug_section(data: RunData, now: float) -> Section | None:
+    """Breakpoints that paused ranks, and how each session ended."""
+    opened = [e for e in data.events if e.get("kind") == "debug_session_opened"]
+    if not opened:
+        return None
+    ended = {
+        e["payload"].get("id"): e["payload"].get("outcome", "timed out")
+        for e in data.events
+        if e.get("kind") in ("debug_session_closed", "debug_session_timeout")
+    }
+    rows = tuple(
+        (
+            str(p.get("rank")),
+            str(p.get("location", "")),
+            str(p.get("reason", "")),
+            ended.get(p.get("id"), "open"),
+        )
+        for p in (e["payload"] for e in opened)
+    )
+    still = [r for r in rows if r[3] == "open"]
+    findings = tuple(f"rank {r[0]} is paused at {r[1]}" for r in still[:8])
+    summary = f"{len(rows)} debug sessions, {len(still)} still open"
+    table = Table(("rank", "where", "why", "outcome"), rows)
+    return Section("debug", "Debug sessions", findings, summary, (table,))
+
+
+def events_section(data: RunData, now: float) -> Section | None:
+    """How many events of each kind the run wrote (every feature's, known or not)."""
+    if not data.events:
+        return None
+    counts = Counter(str(e.get("kind", "?")) for e in data.events)
+    rows = tuple((kind, f"{n:,}") for kind, n in counts.most_common())
+    return Section(
+        "events", "Events", (), f"{len(data.events):,} events", (Table(("kind", "count"), rows),)
+    )
+
+
+SECTIONS: tuple[Callable[[RunData, float], Section | None], ...] = (
+    ranks_section,
+    hang_section,
+    consistency_section,
+    memory_section,
+    debug_section,
+    events_section,
+)
+"""In the order the page shows them."""
+
+
+# ----------------------------------------------------------------- helpers
+def _process_row(p: Mapping[str, Any], deaths: Mapping[str, str], now: float) -> tuple[str, ...]:
+    ctx = p["info"]["context"]
+    return (
+        process_label(ctx),
+        str(ctx.get("group") or "-"),
+        str(ctx.get("node_ip") or ctx.get("hostname") or "?"),
+        str(ctx.get("pid")),
+        str(ctx.get("actor_class") or "-"),
+        str(p.get("state", "?")),
+        str((p.get("progress") or {}).get("step", "-")),
+        deaths.get(p["info"]["probe_id"], ""),
+    )
+
+
+def _registered_row(event: Mapping[str, Any]) -> tuple[str, ...]:
+    ctx = event.get("payload", {}).get("context", {})
+    return (
+        process_label(ctx),
+        str(ctx.get("group") or "-"),
+        str(ctx.get("node_ip") or "?"),
+        str(ctx.get("pid")),
+        str(ctx.get("actor_class") or "-"),
+        "registered",
+        "-",
+        "",
+    )
+
+
+def _latest_registrations(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    latest: dict[str, Mapping[str, Any]] = {}
+    for e in events:
+        if e.get("kind") == "probe.registered":
+            latest[str(e.get("probe_id"))] = e
+    return list(latest.values())
+
+
+def process_label(ctx: Mapping[str, Any]) -> str:
+    """`rank 3`, or `pid 1234@host` for a process without a rank (as `RankContext.label`)."""
+    rank = ctx.get("rank")
+    return f"rank {rank}" if rank is not None else f"pid {ctx.get('pid')}@{ctx.get('hostname')}"
+
+
+def _fold(
+    columns: tuple[str, ...],
+    odd: Sequence[tuple[str, ...]],
+    healthy: Sequence[tuple[str, ...]],
+    what: str,
+) -> Table:
+    """The odd rows, then the healthy ones up to MAX_ROWS; the rest said in one line."""
+    room = max(0, MAX_ROWS - len(odd))
+    shown = [*odd[:MAX_ROWS], *healthy[:room]]
+    folded = len(odd) + len(healthy) - len(shown)
+    return Table(columns, tuple(shown), f"{folded:,} more {what} rows not shown" if folded else "")
+
+
+def _series(lines: Mapping[str, Sequence[tuple[float, float]]]) -> tuple[Series, ...]:
+    """One line per rank, or min/median/max over ranks when there are too many."""
+    if len(lines) <= MAX_SERIES:
+        return tuple(Series(label, _thin(points)) for label, points in lines.items())
+    import numpy as np
+
+    times = sorted({t for points in lines.values() for t, _ in points})
+    grid = np.array(_thin([(t, 0.0) for t in times]))[:, 0]
+    values = np.array(
+        [np.interp(grid, [t for t, _ in p], [v for _, v in p]) for p in lines.values() if p]
+    )
+    return tuple(
+        Series(
+            f"{name} over {len(lines)} ranks", tuple(zip(grid.tolist(), row.tolist(), strict=True))
+        )
+        for name, row in (
+            ("min", values.min(axis=0)),
+            ("median", np.median(values, axis=0)),
+            ("max", values.max(axis=0)),
+        )
+    )
+
+
+def _thin(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    if len(points) <= MAX_POINTS:
+        return tuple(points)
+    step = len(points) / MAX_POINTS
+    return (*(points[int(i * step)] for i in range(MAX_POINTS - 1)), points[-1])

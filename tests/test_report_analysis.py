@@ -1,0 +1,129 @@
+"""The job report from synthetic run data (no Ray): verdict, timeline, sections, size bounds."""
+
+from __future__ import annotations
+
+from rankscope.report.analysis import MAX_TIMELINE, build_report
+from rankscope.report.model import RunData, Severity
+from rankscope.report.render import render_html
+from rankscope.report.sections import MAX_ROWS
+
+NOW = 1_800_000_000.0
+HANG = (
+    "group 0 (4 ranks): ranks 0-2 wait in all_reduce #7 (float32[4]) for 9.0 s; "
+    "rank 3 never entered #7, its last completed collective is #6; "
+    "rank 3 is in load_batch train.py:41"
+)
+
+
+def _process(rank: int, state: str = "alive", pid: int | None = None) -> dict:
+    context = {"rank": rank, "pid": pid or 1000 + rank, "hostname": "n1", "node_ip": "10.0.0.1",
+               "group": "10.0.0.1:29500", "actor_class": "Worker"}  # fmt: skip
+    return {
+        "info": {"probe_id": f"p{rank}", "context": context},
+        "state": state,
+        "last_seen": NOW - 5,
+        "progress": {"step": 7},
+    }
+
+
+def _event(kind: str, payload: dict, t: float = NOW - 30, probe: str = "p0") -> dict:
+    return {"kind": kind, "time": t, "payload": payload, "probe_id": probe}
+
+
+def test_the_verdict_is_the_hang_and_names_the_rank_that_never_came():
+    data = RunData(
+        "job1",
+        "/runs/job1",
+        events=(_event("hang_report", {"path": "/runs/job1/h.json", "findings": [HANG]}),),
+        processes=tuple(_process(r) for r in range(4)),
+        hang=({"findings": [{"kind": "hang", "message": HANG}], "groups": []},),
+    )
+    report = build_report(data, NOW)
+    assert report.verdict.startswith(HANG)
+    assert not report.ok
+    assert [s.key for s in report.sections] == ["ranks", "hang", "events"]
+    [item] = [i for i in report.timeline if i.kind == "hang_report"]
+    assert item.severity is Severity.FAIL and item.who == "rank 0"
+
+
+def test_a_dead_rank_is_a_finding_with_its_cause_and_on_the_timeline():
+    data = RunData(
+        "job1",
+        "hub",
+        processes=(_process(0), _process(1, "dead")),
+        deaths={"p1": "Ray: worker died (exit code 1)"},
+    )
+    report = build_report(data, NOW)
+    assert report.verdict == "rank 1 is dead: Ray: worker died (exit code 1)"
+    [death] = [i for i in report.timeline if i.kind == "death"]
+    assert death.who == "rank 1" and death.severity is Severity.FAIL
+
+
+def test_consistency_and_memory_verdicts_come_from_their_events():
+    data = RunData(
+        "job1",
+        "d",
+        events=(
+            _event(
+                "consistency",
+                {
+                    "operation_name": "gradient_sync",
+                    "ok": False,
+                    "summary": "rank 2 differs in fc.weight",
+                    "ranks": [0, 1, 2],
+                    "differing_total": 1,
+                },
+            ),
+            _event("memory.oom", {"label": "rank 1", "summary": "CUDA OOM: fragmentation"}),
+        ),
+    )
+    report = build_report(data, NOW)
+    assert report.verdict.startswith("gradient_sync: rank 2 differs in fc.weight")
+    memory = next(s for s in report.sections if s.key == "memory")
+    assert memory.findings == ("rank 1: CUDA OOM: fragmentation",)
+
+
+def test_an_empty_run_says_so():
+    report = build_report(RunData("job1", "/runs/job1"), NOW)
+    assert report.ok and report.sections == () and report.timeline == ()
+    assert report.verdict.startswith("nothing recorded for job job1 yet")
+    assert "nothing recorded" in render_html(report)
+
+
+def test_a_4096_rank_job_makes_a_small_page_that_shows_the_odd_ranks():
+    processes = [_process(r) for r in range(4096)]
+    processes[3001] = _process(3001, "dead")
+    history = [{"time": NOW - 600 + i, "rss": 2**30 + i * 2**20, "pid": 0} for i in range(600)]
+    replies = [{"snapshot": {"pid": r, "rss": 2**30}, "history": history} for r in range(4096)]
+    ranks = [{"pid": r, "label": f"rank {r}"} for r in range(4096)]
+    events = [_event("probe.registered", {"context": p["info"]["context"]}, probe=f"p{i}")
+              for i, p in enumerate(processes)]  # fmt: skip
+    data = RunData(
+        "big",
+        "d",
+        events=tuple(events),
+        artifacts={
+            "memory-profile-1.json": {"data": {"memory": {"ranks": ranks}, "replies": replies}}
+        },
+        processes=tuple(processes),
+    )
+    report = build_report(data, NOW)
+    table = next(s for s in report.sections if s.key == "ranks").tables[0]
+    assert len(table.rows) == MAX_ROWS and table.rows[0][0] == "rank 3001"
+    assert table.omitted == "4,032 more alive rows not shown"
+    chart = next(s for s in report.sections if s.key == "memory").charts[0]
+    assert [s.label for s in chart.series] == [
+        "min over 4096 ranks",
+        "median over 4096 ranks",
+        "max over 4096 ranks",
+    ]
+    assert len(report.timeline) <= MAX_TIMELINE
+    page = render_html(report)
+    assert len(page.encode()) < 5 * 2**20
+
+
+def test_the_page_is_self_contained():
+    data = RunData("job1", "d", events=(_event("hang_report", {"findings": [HANG]}),))
+    page = render_html(build_report(data, NOW))
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+    assert "default-src 'none'" in page  # the browser refuses any request the page would make
