@@ -18,6 +18,8 @@ from rankscope.runtime.run_dir import tail_events
 from rankscope.serialize import plain
 
 EVENT_LIMIT = 20_000
+EVERY_KIND = [""]
+"""Events of every kind, the hub's records of who is who (`probe.registered`) included."""
 """Events read at most (the newest): enough for a run's story, bounded for huge runs."""
 MAX_ARTIFACTS = 20
 """JSON reports read at most (the newest)."""
@@ -34,7 +36,7 @@ def collect_run(
         if job_dir is None:
             return RunData(job_id=job or "?", source=os.path.abspath(path))
         run_dir, job_id = os.path.split(job_dir)
-        events = tuple(tail_events(run_dir, job_id, None, EVENT_LIMIT))
+        events = tuple(tail_events(run_dir, job_id, EVERY_KIND, EVENT_LIMIT))
         artifacts, notes = read_artifacts(job_dir)
         return RunData(job_id, os.path.abspath(job_dir), events, artifacts, notes=notes)
     return _from_hub(address, job, live=live)
@@ -92,7 +94,7 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
 
     client = HubClient.attach(address)
     job_id = next(iter(client.jobs(job)))
-    events = tuple(client.events(job_id, None, EVENT_LIMIT))
+    events = tuple(client.events(job_id, EVERY_KIND, EVENT_LIMIT))
     run_dir = client.info().run_dir
     job_dir = os.path.join(run_dir, job_id)
     artifacts: dict[str, Any] = {}

@@ -15,6 +15,7 @@ artifacts on disk).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from typing import Any
@@ -28,6 +29,7 @@ from rankscope.runtime.liveness import process_still_exists
 from rankscope.runtime.mailbox import PendingReplies
 from rankscope.runtime.protocol import (
     CommandResult,
+    Event,
     ExchangeResult,
     FanOutResult,
     HubInfo,
@@ -60,7 +62,11 @@ class Hub:
     async def register(self, info: ProbeInfo, progress: Progress) -> str:
         """Add or refresh a probe; returns the hub's version so probes can warn on mismatch."""
         self._ensure_background()
-        self._registry.register(info, progress, time.time())
+        now = time.time()
+        self._registry.register(info, progress, now)
+        # who is who, kept in the run directory: a report after the job ended names the ranks
+        registered = Event("probe.registered", now, {"context": dataclasses.asdict(info.context)})
+        self._events.offer(info.context.job_id, info.probe_id, registered)
         return __version__
 
     async def poll(self, request: PollRequest, wait_s: float) -> PollReply:

@@ -134,7 +134,11 @@ def private_dir(run_dir: str, job_id: str) -> str:
 def tail_events(
     run_dir: str, job_id: str, kinds: list[str] | None, limit: int
 ) -> list[dict[str, Any]]:
-    """The job's last `limit` events (of `kinds`, by prefix, when given), oldest first."""
+    """The job's last `limit` events (of `kinds`, by prefix, when given), oldest first.
+
+    Without `kinds`, the hub's own records of who is who (`probe.*`) are left out: they are
+    bookkeeping for reports, not events; `kinds=[""]` reads every record.
+    """
     path = os.path.join(run_dir, job_id or "no-job", "events.jsonl")
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -154,7 +158,8 @@ def tail_events(
             event = json.loads(raw)
         except ValueError:
             continue
-        if kinds is None or str(event.get("kind", "")).startswith(tuple(kinds)):
+        kind = str(event.get("kind", ""))
+        if kind.startswith(tuple(kinds)) if kinds is not None else not kind.startswith("probe."):
             found.append(event)
             if len(found) >= limit:
                 break
