@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import math
+import pickle
 import random
 
 import pytest
 
+from rankscope.hang.model import CallState, CollectiveRecord
+from rankscope.monitor import analysis
+from rankscope.monitor.model import (
+    FindingKind,
+    MemoryUse,
+    NonFinite,
+    RankSeries,
+    StepSample,
+    Thresholds,
+)
+from rankscope.monitor.recorder import StepRecorder
 from rankscope.monitor.straggler import straggler_scores
+
+T = Thresholds()
 
 
 def _noisy(base: float, n: int, seed: int) -> list[float]:
@@ -59,3 +74,187 @@ def test_partial_data_and_bad_threshold() -> None:
     assert s.compute_s >= 0
     with pytest.raises(ValueError, match="threshold"):
         straggler_scores({0: [0.1]}, threshold=1.0)
+
+
+# ----------------------------------------------------------------- the series detectors
+
+
+def _samples(step_s, loss=None, tokens=None) -> list[StepSample]:
+    out, t = [], 1000.0
+    for i, dt in enumerate(step_s):
+        t += dt
+        out.append(
+            StepSample(
+                i + 1,
+                t,
+                None if loss is None else loss[i],
+                None if tokens is None else tokens,
+            )
+        )
+    return out
+
+
+def _decreasing_loss(n: int, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [3.0 * math.exp(-i / 60) + 0.5 + rng.gauss(0, 0.01) for i in range(n)]
+
+
+def test_throughput_drop_of_30_percent_is_found_at_its_step() -> None:
+    rng = random.Random(1)
+    step_s = [0.1 * (1 + rng.uniform(-0.03, 0.03)) for _ in range(100)]
+    step_s = [s if i + 1 < 50 else s / 0.7 for i, s in enumerate(step_s)]
+    found = analysis.throughput_drift(_samples(step_s, tokens=4096), rank=3)
+    assert found is not None and found.kind is FindingKind.THROUGHPUT_DRIFT
+    assert found.step == 50 and found.ranks == (3,)
+    assert "tokens/s dropped 30% at step 50" in found.evidence
+
+
+def test_steady_noisy_throughput_is_no_finding() -> None:
+    rng = random.Random(2)
+    step_s = [0.1 * (1 + rng.uniform(-0.05, 0.05)) for _ in range(200)]
+    assert analysis.throughput_drift(_samples(step_s)) is None
+
+
+def test_loss_spike_at_step_30_is_found_and_a_smooth_noisy_loss_is_not() -> None:
+    loss = _decreasing_loss(120)
+    assert analysis.rank_findings(_samples([0.1] * 120, loss), T) == []
+    loss[29] *= 10
+    found = analysis.loss_spikes(_samples([0.1] * 120, loss), T, rank=0)
+    assert found is not None and found.step == 30
+    assert "at step 30" in found.evidence
+
+
+def test_oscillating_loss_is_found() -> None:
+    loss = [2.0 + 0.6 * math.sin(i / 3) + 0.01 * (i % 2) for i in range(100)]
+    found = analysis.oscillation(_samples([0.1] * 100, loss), T, rank=1)
+    assert found is not None and found.kind is FindingKind.LOSS_OSCILLATION
+    assert found.value >= T.oscillation_swings
+
+
+def test_divergence_is_a_loss_rising_well_above_its_best() -> None:
+    loss = [2.0 - i * 0.01 for i in range(50)] + [1.5 + i * 0.05 for i in range(50)]
+    found = analysis.divergence(_samples([0.1] * 100, loss), T, rank=0)
+    assert found is not None and found.kind is FindingKind.LOSS_DIVERGENCE
+    assert analysis.divergence(_samples([0.1] * 100, _decreasing_loss(100)), T) is None
+
+
+def _series(rank: int, samples, **kw) -> RankSeries:
+    return RankSeries(rank=rank, group="g", node="n", role="", samples=tuple(samples), **kw)
+
+
+def test_first_nonfinite_names_the_earliest_rank_and_step() -> None:
+    series = [
+        _series(0, [], first_nonfinite=NonFinite(14, 1003.0, "loss", "nan")),
+        _series(1, [], first_nonfinite=NonFinite(12, 1001.0, "grad_norm", "nan")),
+        _series(2, []),
+    ]
+    found = analysis.first_nonfinite(series)
+    assert found is not None and found.ranks == (1,) and found.step == 12
+    assert "rank 1 saw the first nan grad_norm at step 12; later also ranks 0" in found.evidence
+
+
+def test_memory_over_thresholds() -> None:
+    gib = 1 << 30
+    found = analysis.memory_findings(2, MemoryUse(70 * gib, 80 * gib, 10 * gib, 100 * gib), T)
+    assert [f.kind for f in found] == [FindingKind.DEVICE_MEMORY]
+    assert "88% > 85%" in found[0].evidence
+
+
+def _sync_job(compute: dict[int, float], steps: int, late: dict[int, float] | None = None):
+    """Synchronous training: one all_reduce a step that ends when the last rank arrives."""
+    late = late or {}
+    samples: dict[int, list[StepSample]] = {r: [] for r in compute}
+    records: dict[int, list[CollectiveRecord]] = {r: [] for r in compute}
+    t = 1000.0
+    for k in range(steps):
+        arrive = {r: t + c + (late.get(r, 0.0) if k == 10 else 0.0) for r, c in compute.items()}
+        done = max(arrive.values()) + 0.001
+        for r in compute:
+            records[r].append(
+                CollectiveRecord(
+                    "0", k, "all_reduce", ((4,),), ("float32",), arrive[r], done,
+                    CallState.COMPLETED, "train.py:1",
+                )
+            )  # fmt: skip
+            samples[r].append(StepSample(k + 1, done + 0.0005))
+        t = done + 0.0005
+    return [_series(r, samples[r], collectives=tuple(records[r])) for r in compute]
+
+
+def test_analyze_names_the_straggler_that_arrives_last() -> None:
+    series = _sync_job({0: 0.010, 1: 0.011, 2: 0.050, 3: 0.010}, 40)
+    scores = analysis.stragglers(series)
+    assert scores[0].rank == 2 and scores[0].is_straggler
+    assert scores[0].last_arrival_share == 1.0 and scores[0].relative > 3
+    found = analysis.analyze(series)
+    kinds = {(f.kind, f.ranks) for f in found}
+    assert (FindingKind.STRAGGLER, (2,)) in kinds
+    assert not any(f.kind is FindingKind.STRAGGLER and f.ranks != (2,) for f in found)
+
+
+def test_a_collective_entered_100ms_late_names_the_group_and_the_rank() -> None:
+    series = _sync_job({0: 0.010, 1: 0.010}, 30, late={1: 0.1})
+    found = [f for f in analysis.analyze(series) if f.kind is FindingKind.COLLECTIVE_LATENCY]
+    assert len(found) == 1 and found[0].ranks == (1,)
+    assert "g/pg 0: rank 1 entered all_reduce #10 100 ms after the first rank" in found[0].evidence
+
+
+def test_recorder_is_bounded_and_keeps_the_first_nonfinite() -> None:
+    torch = pytest.importorskip("torch")
+    rec = StepRecorder(capacity=8)
+    for i in range(1, 21):
+        grad = float("nan") if i in (12, 15) else 1.0
+        rec.on_step(i, 1000.0 + i, torch.tensor(2.0), 128, grad, {})
+    assert len(rec.samples()) == 8 and rec.samples()[-1].loss == 2.0
+    assert rec.first_nonfinite is not None
+    assert (rec.first_nonfinite.step, rec.first_nonfinite.name) == (12, "grad_norm")
+    rec.on_step(21, 1021.0, None, None, None, {"lr": float("inf")})
+    assert rec.first_nonfinite.step == 12
+
+
+def test_thresholds_validate() -> None:
+    with pytest.raises(ValueError, match="device_memory"):
+        Thresholds(device_memory=1.5)
+    assert len(pickle.dumps(T)) < 1000
+
+
+def test_watch_nan_names_the_module_and_the_step_without_ray() -> None:
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    import rankscope
+    from rankscope.monitor import StepMonitor, watch_nan
+    from rankscope.monitor.recorder import step_recorder
+
+    class Poison(nn.Module):
+        on = False
+
+        def forward(self, x):
+            return x * float("nan") if self.on else x
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), Poison(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step_recorder().clear()
+    watch = watch_nan(model, opt)
+    try:
+        start = rankscope.runtime.probe.progress.step
+        for i in range(1, 16):
+            model[2].on = i == 12
+            opt.zero_grad()
+            x = torch.randn(4, 8)
+            loss = nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+            loss.backward()
+            opt.step()
+            rankscope.step(loss=loss.detach(), tokens=32)
+        first = step_recorder().first_nonfinite
+        assert first is not None and first.step - start == 12
+        assert (first.name, first.module) == ("activation", "2")
+        assert watch.found == "activation in 2 (output)"
+        found = StepMonitor().check()
+        assert any(
+            f.kind is FindingKind.NON_FINITE and "in 2 (output)" in f.evidence for f in found
+        )
+    finally:
+        watch.remove()
+        step_recorder().clear()

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import Any
 
 from rankscope.config import Config
 from rankscope.context import set_explicit_rank
-from rankscope.runtime.probe import Probe, progress, step_hooks
+from rankscope.runtime.probe import Probe, metrics_hooks, progress, step_hooks
 
 log = logging.getLogger("rankscope")
 
@@ -68,11 +69,26 @@ def setup_worker() -> None:
         log.warning("rankscope: probe not started: %s", exc)
 
 
-def step() -> None:
-    """Mark one unit of training progress; the hub shows the step and when it last moved."""
+def step(loss: Any = None, tokens: Any = None, grad_norm: Any = None, **metrics: Any) -> None:
+    """Mark one step of training, with its numbers; the hub shows the step and when it moved.
+
+    Example: `rankscope.step(loss=loss.item(), tokens=batch_tokens, grad_norm=norm)`.
+    Pass numbers: Python floats cost nothing more; a tensor is read with `.item()`, which waits
+    for the device (read it where you already synchronize, e.g. after `clip_grad_norm_`).
+    `tokens` is how many tokens this step processed; other keyword numbers are kept by name.
+    Each rank keeps a bounded series; nothing here blocks or raises.
+    """
     progress.tick()
     for hook in step_hooks:  # e.g. a sync debug session pausing this rank
         hook()
+    if metrics_hooks:
+        for metrics_hook in metrics_hooks:  # e.g. the monitor's per-rank series
+            try:  # noqa: SIM105  (a bare try costs nothing; suppress() is a call)
+                metrics_hook(
+                    progress.step, progress.last_progress, loss, tokens, grad_norm, metrics
+                )
+            except Exception:  # never into the training code
+                pass
 
 
 def current_probe() -> Probe | None:

@@ -23,6 +23,7 @@ from typing import Any
 from rankscope._version import __version__
 from rankscope.config import Config
 from rankscope.context import RankContext, get_context
+from rankscope.runtime.clock import ClockOffset
 from rankscope.runtime.protocol import (
     Command,
     CommandResult,
@@ -49,6 +50,10 @@ _SUMMARIES: dict[str, Summary] = {}
 _STARTUPS: list[Startup] = []
 step_hooks: list[Callable[[], None]] = []
 """Called by every `rankscope.step()`; each must return at once when it has nothing to do."""
+MetricsHook = Callable[[int, float, Any, Any, Any, dict[str, Any]], None]
+"""`hook(step, time, loss, tokens, grad_norm, metrics)`: the numbers one `step()` was given."""
+metrics_hooks: list[MetricsHook] = []
+"""Called by every `rankscope.step()` with its numbers (the monitor keeps them)."""
 
 
 def register_handler(kind: str, *, off_thread: bool = False) -> Callable[[Handler], Handler]:
@@ -85,6 +90,16 @@ def register_summary(name: str) -> Callable[[Summary], Summary]:
 def register_step_hook(fn: Callable[[], None]) -> Callable[[], None]:
     """Run `fn()` in every `rankscope.step()` (features that pause or sample at step bounds)."""
     step_hooks.append(fn)
+    return fn
+
+
+def register_metrics_hook(fn: MetricsHook) -> MetricsHook:
+    """Run `fn(step, time, loss, tokens, grad_norm, metrics)` in every `rankscope.step()`.
+
+    `time` is the step's `time.time()`; the numbers are what the caller passed (None when not
+    given, maybe tensors). The hook runs on the training thread: it must be cheap and never raise.
+    """
+    metrics_hooks.append(fn)
     return fn
 
 
@@ -200,6 +215,8 @@ class Probe:
         self._registered: RankContext | None = None
         self._create_time = _process_create_time()
         self.connected = threading.Event()
+        self.clock = ClockOffset()
+        """The hub's clock minus ours, from heartbeat round trips (`clock.estimate()`)."""
         self._worker = HandlerWorker()
         self._thread = threading.Thread(target=self._run, name=PROBE_THREAD_NAME, daemon=True)
 
@@ -264,6 +281,7 @@ class Probe:
             self.probe_id, progress.snapshot(), events, self._dropped_events, _summaries()
         )
         wait_s = self.config.heartbeat_interval
+        sent = time.time()
         try:
             reply = ray.get(
                 self._hub.poll.remote(request, wait_s),
@@ -272,6 +290,8 @@ class Probe:
         except Exception:
             self._return_events(events)
             raise
+        if reply.hub_received is not None and reply.hub_replied is not None:
+            self.clock.add(sent, reply.hub_received, reply.hub_replied, time.time())
         if not reply.known:  # the hub restarted and forgot us
             self._registered = None
             return
