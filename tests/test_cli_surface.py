@@ -25,6 +25,16 @@ EXPECTED = {
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
     "report": {"--address", "--job", "--output", "--open", "--json"},
     "ckpt": set(),  # a group: frozen in test_ckpt_cli.py
+    "trace": {
+        "--address",
+        "--job",
+        "--group",
+        "--duration",
+        "--ranks",
+        "--output",
+        "--budget-mb",
+        "--json",
+    },
     "debug": set(),  # a group: `debug list` and `debug attach`, frozen in test_debug_local.py
 }
 

@@ -10,6 +10,7 @@ import rankscope.hang  # collective recorder, watchdog, `collectives` command
 import rankscope.memory  # registers the probe's `memory` command
 import rankscope.monitor  # the step series, the `monitor` command and summary
 import rankscope.stacks  # registers the probe's `stacks` command
+import rankscope.trace  # the probe's `trace` command, step markers, clock offsets
 from rankscope._version import __version__
 from rankscope.consistency import (
     ConsistencyReport,
@@ -27,6 +28,7 @@ from rankscope.hang import record_collectives
 from rankscope.memory import MemoryProfiler, MemorySnapshot, oom_guard, profile_memory_usage
 from rankscope.monitor import StepMonitor, watch_nan
 from rankscope.runtime.api import current_probe, init, setup_worker, shutdown, step
+from rankscope.trace import debug_decorator, enable_detailed_tracing, span
 
 __all__ = [
     "ConsistencyReport",
@@ -37,6 +39,8 @@ __all__ = [
     "__version__",
     "conditional_breakpoint",
     "current_probe",
+    "debug_decorator",
+    "enable_detailed_tracing",
     "enable_full_debugging",
     "enable_lightweight_monitoring",
     "get_context",
@@ -48,6 +52,7 @@ __all__ = [
     "record_collectives",
     "setup_worker",
     "shutdown",
+    "span",
     "step",
     "verify_distributed_tensors",
     "watch_nan",

@@ -25,6 +25,7 @@ from rankscope.memory import cli as memory
 from rankscope.report import cli as report
 from rankscope.stacks import cli as stacks
 from rankscope.status import cli as status
+from rankscope.trace import cli as trace
 
 FEATURES: list[tuple[typer.Typer, str | None, str | None]] = [
     # (the feature's commands, group name or None for top-level commands, group help)
@@ -36,6 +37,7 @@ FEATURES: list[tuple[typer.Typer, str | None, str | None]] = [
     (demo.app, None, None),
     (memory.app, None, None),
     (report.app, None, None),
+    (trace.app, None, None),
     (ckpt.app, "ckpt", "Checkpoints: inspect, diff, convert HF <-> mcore."),
     (debug.app, "debug", "Debug sessions: list paused ranks, attach to one."),
 ]

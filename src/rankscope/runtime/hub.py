@@ -71,6 +71,7 @@ class Hub:
 
     async def poll(self, request: PollRequest, wait_s: float) -> PollReply:
         """Heartbeat and long poll: returns at once with commands, else after `wait_s`."""
+        received = time.time()
         self._ensure_background()
         record = self._registry.find(request.probe_id)
         if record is None:
@@ -81,7 +82,9 @@ class Hub:
         await record.mailbox.wait(wait_s)
         commands = record.mailbox.take()
         record.last_seen = time.time()
-        return PollReply(known=True, commands=commands)
+        return PollReply(
+            known=True, commands=commands, hub_received=received, hub_replied=time.time()
+        )
 
     async def reply(self, result: CommandResult, command_id: str) -> None:
         """A probe's answer to one command; late answers (past the deadline) are ignored."""

@@ -23,6 +23,7 @@ from typing import Any
 from rankscope._version import __version__
 from rankscope.config import Config
 from rankscope.context import RankContext, get_context
+from rankscope.runtime.clock import ClockOffset
 from rankscope.runtime.protocol import (
     Command,
     CommandResult,
@@ -214,6 +215,8 @@ class Probe:
         self._registered: RankContext | None = None
         self._create_time = _process_create_time()
         self.connected = threading.Event()
+        self.clock = ClockOffset()
+        """The hub's clock minus ours, from heartbeat round trips (`clock.estimate()`)."""
         self._worker = HandlerWorker()
         self._thread = threading.Thread(target=self._run, name=PROBE_THREAD_NAME, daemon=True)
 
@@ -278,6 +281,7 @@ class Probe:
             self.probe_id, progress.snapshot(), events, self._dropped_events, _summaries()
         )
         wait_s = self.config.heartbeat_interval
+        sent = time.time()
         try:
             reply = ray.get(
                 self._hub.poll.remote(request, wait_s),
@@ -286,6 +290,8 @@ class Probe:
         except Exception:
             self._return_events(events)
             raise
+        if reply.hub_received is not None and reply.hub_replied is not None:
+            self.clock.add(sent, reply.hub_received, reply.hub_replied, time.time())
         if not reply.known:  # the hub restarted and forgot us
             self._registered = None
             return

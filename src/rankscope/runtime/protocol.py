@@ -81,6 +81,10 @@ class PollReply:
     known: bool
     """False when the hub does not know this probe (it restarted): register again."""
     commands: tuple[Command, ...] = ()
+    hub_received: float | None = None
+    """The hub's `time.time()` when the poll arrived, and when it answered (`hub_replied`): with
+    the probe's send and receive times, one clock-offset sample (`runtime.clock`)."""
+    hub_replied: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,205 @@
+"""The CLI side of tracing: open a window on the chosen probes, drain it, build the trace.
+
+A `TraceSession` starts recording on every chosen process (the `trace` probe command), drains
+them every `DRAIN_EVERY_S` (the collective recorder keeps only its last 2,000 calls, and a
+worker's span ring is bounded: draining often keeps both from wrapping), stops them, then
+merges the chunks, applies each rank's clock offset and writes one trace-event JSON.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankscope.errors import UserError
+from rankscope.ranks import parse_rank_spec
+from rankscope.runtime.client import HubClient
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import filter_group, filter_ranks
+from rankscope.trace.analysis import merge_chunks, split_collectives, summarize
+from rankscope.trace.chrome import DEFAULT_BUDGET, ExportStats, render_trace
+from rankscope.trace.model import RankTrace, TraceChunk, TraceOptions, TraceSummary
+
+__all__ = ["TraceSession", "record_trace", "write_trace_file"]
+
+DRAIN_EVERY_S = 0.5
+DEADLINE_S = 3.0
+TTL_SLACK_S = 30.0
+"""Workers stop by themselves this long after the window should have ended."""
+
+Ask = Callable[[str, list[ProbeStatus], dict[str, Any]], list[tuple[ProbeStatus, Any, str]]]
+"""Run a probe command on processes: (status, payload or None, error) per process."""
+
+
+def hub_asker(client: HubClient) -> Ask:
+    """Ask through the hub's fan-out; a process that did not answer gets an error line."""
+
+    def ask(kind: str, probes: list[ProbeStatus], args: dict[str, Any]) -> list[Any]:
+        result = client.fan_out(kind, probes, args=args, deadline_s=DEADLINE_S)
+        by_id = {p.info.probe_id: p for p in probes}
+        out = [(by_id[r.probe_id], r.payload if r.ok else None, r.error) for r in result.replies]
+        out += [(p, None, f"did not answer within {DEADLINE_S:g}s") for p in result.missing]
+        return out
+
+    return ask
+
+
+@dataclass
+class TraceSession:
+    """One recording window over `probes`; `run(duration_s)` or `start()` / `stop()`."""
+
+    ask: Ask
+    probes: list[ProbeStatus]
+    options: TraceOptions = field(default_factory=TraceOptions)
+    session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    chunks: dict[str, list[TraceChunk]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self, *, background: bool = False) -> None:
+        """Turn recording on everywhere; with `background`, drain from a thread until `stop()`."""
+        self._collect("start", {"options": self.options})
+        if background:
+            self._thread = threading.Thread(
+                target=self._drain_loop, name="rankscope-trace-drain", daemon=True
+            )
+            self._thread.start()
+
+    def run(self, duration_s: float) -> None:
+        """Record for `duration_s` seconds, draining as it goes."""
+        self.start()
+        end = time.monotonic() + duration_s
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(DRAIN_EVERY_S, left))
+            if end - time.monotonic() > 0.05:
+                self.drain()
+        self.stop()
+
+    def drain(self) -> None:
+        self._collect("drain", {})
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(DEADLINE_S + 5.0)
+        self._collect("stop", {})
+
+    def traces(self) -> list[RankTrace]:
+        """Every process that answered at least once, its chunks merged."""
+        out = []
+        for status in self.probes:
+            chunks = self.chunks.get(status.info.probe_id)
+            if chunks:
+                trace = merge_chunks(status, chunks)
+                if status.info.probe_id in self.errors:
+                    trace.errors.append(self.errors[status.info.probe_id])
+                out.append(trace)
+        return out
+
+    def missing(self) -> tuple[str, ...]:
+        """Processes that never answered, and processes whose last answer was an error."""
+        labels = {p.info.probe_id: p.context.label for p in self.probes}
+        return tuple(f"{labels[i]}: {e}" for i, e in self.errors.items() if i in labels)
+
+    def _drain_loop(self) -> None:
+        while not self._stop.wait(DRAIN_EVERY_S):
+            try:
+                self.drain()
+            except Exception as exc:  # a hub hiccup: the next drain catches up
+                self.errors["drain"] = f"{type(exc).__name__}: {exc}"
+
+    def _collect(self, action: str, extra: dict[str, Any]) -> None:
+        args = {"action": action, "session": self.session, **extra}
+        for status, chunk, error in self.ask("trace", self.probes, args):
+            pid = status.info.probe_id
+            if isinstance(chunk, TraceChunk):
+                self.chunks.setdefault(pid, []).append(chunk)
+                self.errors.pop(pid, None)
+            else:
+                self.errors[pid] = error or "no answer"
+
+
+def choose_probes(
+    client: HubClient, job: str | None, ranks: str | None, group: str | None
+) -> tuple[str, list[ProbeStatus]]:
+    """The live processes to trace: one job (the only live one, or `--job`), by group/ranks."""
+    wanted = parse_rank_spec(ranks) if ranks is not None else None
+    jobs = client.jobs(job)
+    if len(jobs) > 1:
+        raise UserError(f"{len(jobs)} jobs are running ({', '.join(jobs)}): choose one with --job")
+    job_id, probes = next(iter(jobs.items()))
+    chosen = [p for p in filter_ranks(filter_group(probes, group), wanted)
+              if p.state != ProbeState.DEAD]  # fmt: skip
+    if wanted is not None:
+        chosen = [p for p in chosen if p.context.rank is not None]
+    if not chosen:
+        what = f"with ranks {ranks}" if ranks else "alive"
+        raise UserError(f"job {job_id} has no registered process {what} to trace")
+    return job_id, chosen
+
+
+def write_trace_file(
+    session: TraceSession,
+    job_id: str,
+    path: str,
+    *,
+    budget: int = DEFAULT_BUDGET,
+    end_ns: int | None = None,
+) -> TraceSummary:
+    """Merge the session's chunks, write the trace (gzip when `path` ends in .gz), summarize."""
+    traces = session.traces()
+    end = end_ns if end_ns is not None else time.time_ns()
+    slices = split_collectives(traces, end)
+    stats = _write(path, traces, slices, budget, {"job_id": job_id, "session": session.session})
+    return summarize(
+        job_id, traces, slices, end, path=os.path.abspath(path), bytes_written=stats.bytes,
+        events=stats.events, dropped_events=stats.dropped, missing=session.missing(),
+    )  # fmt: skip
+
+
+def _write(
+    path: str, traces: list[RankTrace], slices: Any, budget: int, other: dict[str, Any]
+) -> ExportStats:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserError(f"-o {path}: folder {directory} does not exist")
+    temp = f"{path}.tmp-{os.getpid()}"
+    opener: Any = gzip.open if path.endswith(".gz") else open
+    with opener(temp, "wt", encoding="utf-8") as f:
+        stats = render_trace(traces, slices, f.write, budget=budget, other=other)
+    os.replace(temp, path)
+    return stats
+
+
+def record_trace(
+    address: str | None,
+    job: str | None,
+    ranks: str | None,
+    group: str | None,
+    *,
+    duration_s: float,
+    path: str | None,
+    budget: int = DEFAULT_BUDGET,
+) -> TraceSummary:
+    """`rankscope trace`: record `duration_s` of the live job, write the trace, summarize."""
+    if duration_s <= 0:
+        raise UserError(f"--duration {duration_s:g}s: give a positive duration, e.g. 10s")
+    if ranks is not None:
+        parse_rank_spec(ranks)  # a bad spec fails before Ray
+    client = HubClient.attach(address)
+    job_id, probes = choose_probes(client, job, ranks, group)
+    options = TraceOptions(ttl_s=duration_s + TTL_SLACK_S)
+    session = TraceSession(hub_asker(client), probes, options)
+    session.run(duration_s)
+    if not session.chunks:
+        reasons = "; ".join(session.missing()) or "no answer"
+        raise UserError(f"no process of job {job_id} recorded anything: {reasons}")
+    out = path or f"rankscope-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    return write_trace_file(session, job_id, out, budget=budget)

@@ -1,0 +1,155 @@
+"""What crosses processes or reaches the user in tracing: probe chunks, per-rank traces, summaries.
+
+Spans travel as plain tuples (`SpanTuple`), not dataclasses: a trace window may hold millions of
+them, and a tuple is what the worker's ring already keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankscope.hang.model import CollectiveRecord
+from rankscope.runtime.clock import ClockEstimate
+from rankscope.runtime.protocol import ProbeStatus
+
+SpanTuple = tuple[str, int, int, int, "dict[str, Any] | None"]
+"""(name, start_ns, end_ns, thread ident, attrs or None), in the worker's `time.time_ns()`."""
+StepTuple = tuple[int, int, int]
+"""(time_ns, step number, thread ident) of one `rankscope.step()`."""
+CounterTuple = tuple[int, int, int | None, int | None]
+"""(time_ns, host RSS bytes, CUDA allocated bytes, CUDA peak allocated bytes)."""
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """What a trace window records on each worker; sent with the `trace` command's start."""
+
+    ttl_s: float = 60.0
+    """The worker stops by itself this long after the start (a CLI that died never leaves a job
+    tracing)."""
+    steps: int | None = None
+    """Stop after this many `rankscope.step()` calls."""
+    collectives: bool = True
+    memory_counters: bool = True
+    capacity: int = 200_000
+    """Spans a worker keeps between two drains; older ones are dropped and counted."""
+
+
+@dataclass(frozen=True)
+class TraceChunk:
+    """One drain of one worker: what it recorded since the previous drain."""
+
+    session: str
+    spans: tuple[SpanTuple, ...]
+    steps: tuple[StepTuple, ...]
+    collectives: tuple[CollectiveRecord, ...]
+    counters: tuple[CounterTuple, ...]
+    threads: dict[int, str]
+    """Thread ident -> name, for the idents seen in spans and steps."""
+    main_thread: int
+    dropped_spans: int
+    """Spans pushed out of the worker's ring since the session started."""
+    clock: ClockEstimate | None
+    started_ns: int
+    """When this worker started recording (its own clock)."""
+    stopped_ns: int | None
+    """When it stopped (its own clock); None while it records."""
+
+
+@dataclass
+class RankTrace:
+    """Everything one process recorded in a window, merged from its chunks."""
+
+    status: ProbeStatus
+    spans: list[SpanTuple] = field(default_factory=list)
+    steps: list[StepTuple] = field(default_factory=list)
+    collectives: list[CollectiveRecord] = field(default_factory=list)
+    counters: list[CounterTuple] = field(default_factory=list)
+    threads: dict[int, str] = field(default_factory=dict)
+    main_thread: int = 0
+    dropped_spans: int = 0
+    clock: ClockEstimate | None = None
+    started_ns: int = 0
+    stopped_ns: int | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def offset_ns(self) -> int:
+        """Add to this worker's times to get the hub's clock (0 when never estimated)."""
+        return 0 if self.clock is None else round(self.clock.offset_s * 1e9)
+
+    @property
+    def label(self) -> str:
+        """`rank 3 (Worker) 10.0.0.5`: the track's name."""
+        ctx = self.status.context
+        who = ctx.label if ctx.rank is not None else f"pid {ctx.pid}"
+        actor = f" ({ctx.actor_class})" if ctx.actor_class else ""
+        return f"{who}{actor} {ctx.node_ip}"
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank's row of the summary; shares are of the rank's recorded window."""
+
+    label: str
+    rank: int | None
+    node_ip: str
+    window_s: float
+    user_share: float
+    """Outside collectives: the rank's own work (and idle time, which needs Ray's task events
+    to tell apart)."""
+    wait_share: float
+    """In collectives, waiting for the last rank to arrive."""
+    transfer_share: float
+    """In collectives after every rank arrived."""
+    steps: int
+    step_median_s: float | None
+    step_p90_s: float | None
+    collectives: int
+    last_arrivals: int
+    """Collectives this rank was the last of its group to enter."""
+    spans: int
+    dropped_spans: int
+    clock_offset_ms: float | None
+    clock_error_ms: float | None
+
+
+@dataclass(frozen=True)
+class StragglerRow:
+    """The straggler score of one rank, as `monitor.straggler` computes it."""
+
+    rank: int
+    compute_s: float
+    relative: float
+    individual: float
+    last_arrival_share: float
+    is_straggler: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What `rankscope trace` prints and `--json` carries."""
+
+    job_id: str
+    path: str
+    bytes_written: int
+    events: int
+    dropped_events: int
+    """Events left out to keep the file within the byte budget (sampled repeated spans)."""
+    dropped_spans: int
+    """Spans the workers' rings dropped before a drain reached them."""
+    clock_error_ms: float | None
+    """The largest clock error of the ranks in the trace: events line up within it."""
+    ranks: tuple[RankSummary, ...]
+    stragglers: tuple[StragglerRow, ...]
+    node_imbalance: float | None
+    """Slowest node's mean compute time over the fastest node's (1.0: balanced)."""
+    missing: tuple[str, ...] = ()
+    """Processes that did not answer (or answered with an error), with why."""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not any(s.is_straggler for s in self.stragglers)

@@ -1,0 +1,220 @@
+"""Tracing's pure parts on synthetic ranks: alignment, wait vs transfer, stragglers, the trace
+file's validity, lanes, and the byte budget with a million spans."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from collections import defaultdict
+
+from rankscope.context import RankContext
+from rankscope.hang.model import CallState, CollectiveRecord
+from rankscope.runtime.clock import ClockEstimate, ClockOffset
+from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
+from rankscope.trace.analysis import split_collectives, summarize
+from rankscope.trace.chrome import assign_lanes, render_trace, sample_to_budget
+from rankscope.trace.model import RankTrace
+
+T0 = 1_700_000_000.0
+MS = 1e-3
+
+
+def status(rank: int, node_ip: str = "10.0.0.1", pid: int = 0) -> ProbeStatus:
+    ctx = RankContext(
+        rank=rank, local_rank=rank, world_size=4, node_id=f"n-{node_ip}", node_ip=node_ip,
+        hostname="host", pid=pid or 1000 + rank, job_id="01000000", actor_id=None,
+        actor_class="Worker", task_id=None, rank_source="env", group="10.0.0.1:29500",
+    )  # fmt: skip
+    info = ProbeInfo(f"p{rank}", ctx, "0", 0.0)
+    return ProbeStatus(info, ProbeState.ALIVE, T0, T0, Progress(0, T0), 0, 0)
+
+
+def synthetic_job(
+    steps: int = 20,
+    slow_rank: int = 2,
+    extra_s: float = 0.05,
+    offsets: dict[int, float] | None = None,
+) -> list[RankTrace]:
+    """4 ranks: 100 ms compute each step (+`extra_s` on `slow_rank`), then an all_reduce that
+    ends 2 ms after the last arrival. Rank r's clock runs `offsets[r]` seconds behind the hub's."""
+    offsets = offsets or {}
+    traces = []
+    for rank in range(4):
+        lag = offsets.get(rank, 0.0)  # local = hub - lag
+        trace = RankTrace(status(rank))
+        trace.clock = ClockEstimate(offset_s=lag, error_s=0.0005, samples=10)
+        trace.started_ns = round((T0 - lag) * 1e9)
+        trace.stopped_ns = round((T0 + steps * 0.2 - lag) * 1e9)
+        t = T0
+        for step in range(steps):
+            compute = 0.1 + (extra_s if rank == slow_rank else 0.0)
+            arrive = t + compute
+            last = t + 0.1 + extra_s
+            end = last + 0.002
+            span = ("forward", round((t - lag) * 1e9), round((arrive - lag) * 1e9), 1, None)
+            trace.spans.append(span)
+            trace.collectives.append(
+                CollectiveRecord(
+                    "0",
+                    step + 1,
+                    "all_reduce",
+                    ((4,),),
+                    ("float32",),
+                    arrive - lag,
+                    end - lag,
+                    CallState.COMPLETED,
+                    "train.py:10",
+                )
+            )
+            trace.steps.append((round((end - lag) * 1e9), step + 1, 1))
+            t = end
+        traces.append(trace)
+    return traces
+
+
+def test_collectives_split_into_wait_and_transfer_on_the_hubs_clock():
+    offsets = {0: 0.0, 1: 0.25, 2: -0.4, 3: 1.5}  # rank 3's clock is 1.5 s behind
+    traces = synthetic_job(offsets=offsets)
+    slices = split_collectives(traces, round((T0 + 10) * 1e9))
+    first = [per[0] for per in slices]
+    assert [round(s.wait_ns / 1e6) for s in first] == [50, 50, 0, 50]
+    assert [round(s.transfer_ns / 1e6) for s in first] == [2, 2, 2, 2]
+    assert [s.last for s in first] == [False, False, True, False]
+    ends = {s.end_ns for s in first}
+    assert max(ends) - min(ends) < 1000  # aligned: the same instant on every rank (< 1 us)
+
+
+def test_straggler_named_and_waits_longer_on_the_others():
+    traces = synthetic_job(offsets={3: 0.7})
+    slices = split_collectives(traces, round((T0 + 10) * 1e9))
+    summary = summarize("job", traces, slices, round((T0 + 10) * 1e9),
+                        path="x", bytes_written=0, events=0, dropped_events=0)  # fmt: skip
+    named = [s.rank for s in summary.stragglers if s.is_straggler]
+    assert named == [2]
+    assert "rank 2" in summary.stragglers[0].why
+    rows = {r.rank: r for r in summary.ranks}
+    assert rows[2].wait_share < 0.01
+    assert all(rows[r].wait_share > 0.2 for r in (0, 1, 3))
+    assert rows[2].step_median_s is not None and abs(rows[2].step_median_s - 0.152) < 1e-3
+    assert rows[2].last_arrivals == 20
+    assert not summary.ok
+
+
+def test_no_straggler_when_ranks_keep_pace():
+    traces = synthetic_job(extra_s=0.0)
+    slices = split_collectives(traces, round((T0 + 10) * 1e9))
+    summary = summarize("job", traces, slices, round((T0 + 10) * 1e9),
+                        path="x", bytes_written=0, events=0, dropped_events=0)  # fmt: skip
+    assert summary.ok
+
+
+def trace_problems(doc: dict) -> list[str]:
+    """Trace Event Format checks: metadata names every track, X slices nest on each track,
+    timestamps are ordered within each track, numbers are numbers."""
+    problems = []
+    events = doc["traceEvents"]
+    named_threads = {(e["pid"], e["tid"]) for e in events
+                     if e["ph"] == "M" and e["name"] == "thread_name"}  # fmt: skip
+    named_procs = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    tracks = defaultdict(list)
+    for e in events:
+        if e["ph"] in ("X", "i"):
+            tracks[(e["pid"], e["tid"])].append(e)
+        if e["ph"] in ("X", "i", "C"):
+            if not isinstance(e["ts"], int | float) or e["ts"] < 0:
+                problems.append(f"bad ts {e}")
+            if e["pid"] not in named_procs:
+                problems.append(f"process {e['pid']} has no name")
+    for key, items in tracks.items():
+        if key not in named_threads:
+            problems.append(f"track {key} has no name")
+        xs = [e for e in items if e["ph"] == "X"]
+        if [e["ts"] for e in xs] != sorted(e["ts"] for e in xs):
+            problems.append(f"track {key}: timestamps out of order")
+        stack: list[float] = []
+        for e in sorted(xs, key=lambda e: (e["ts"], -e["dur"])):
+            if e["dur"] < 0:
+                problems.append(f"negative dur {e}")
+            while stack and stack[-1] <= e["ts"] + 1e-9:
+                stack.pop()
+            if stack and e["ts"] + e["dur"] > stack[-1] + 1e-6:
+                problems.append(f"track {key}: {e['name']} at {e['ts']} overlaps its parent")
+            stack.append(e["ts"] + e["dur"])
+    return problems
+
+
+def test_trace_file_is_valid_trace_event_format():
+    traces = synthetic_job(offsets={1: 0.3})
+    # async overlap on one thread: must go to a lane of its own, not break nesting
+    t0 = traces[0].started_ns
+    traces[0].spans += [("a", t0 + 10, t0 + 500, 7, None), ("b", t0 + 100, t0 + 900, 7, None)]
+    traces[0].threads[7] = "loop"
+    traces[0].counters.append((traces[0].started_ns + 5, 2**30, None, None))
+    slices = split_collectives(traces, round((T0 + 10) * 1e9))
+    buf = io.StringIO()
+    stats = render_trace(traces, slices, buf.write)
+    doc = json.loads(buf.getvalue())
+    assert trace_problems(doc) == []
+    assert stats.bytes == len(buf.getvalue().encode()) and stats.dropped == 0
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    assert "rank 2 (Worker) 10.0.0.1" in names
+    assert "rank 0 (Worker) 10.0.0.1 · loop (overlap 1)" in names
+    steps = [e for e in doc["traceEvents"] if e["ph"] == "i"]
+    assert len(steps) == 80
+    waits = [e for e in doc["traceEvents"] if e["name"] == "wait"]
+    assert len(waits) == 60  # every all_reduce of ranks 0, 1, 3; none on rank 2
+    assert doc["otherData"]["clock_offsets"]["rank 1 (Worker) 10.0.0.1"]["error_ms"] == 0.5
+
+
+def test_lanes_keep_each_track_nested():
+    assert assign_lanes([(0, 10), (2, 4), (3, 12)]) == [0, 0, 1]
+    assert assign_lanes([(0, 10), (2, 4), (4, 6), (10, 12)]) == [0, 0, 0, 0]
+
+
+def test_byte_budget_holds_with_a_million_spans():
+    """1,000,000 spans from 4 ranks into a 20 MB budget: the file stays within it, repeated
+    names are sampled, rare ones kept, and every left-out span is counted."""
+    traces = []
+    for rank in range(4):
+        trace = RankTrace(status(rank))
+        base = round(T0 * 1e9)
+        trace.started_ns = base
+        trace.spans = [
+            ("hot", base + i * 1000, base + i * 1000 + 500, 1, None) for i in range(249_990)
+        ]
+        trace.spans += [(f"rare{i}", base + 1, base + 2, 2, None) for i in range(10)]
+        traces.append(trace)
+    budget = 20 * 2**20
+    buf = io.StringIO()
+    stats = render_trace(traces, [[] for _ in traces], buf.write, budget=budget)
+    text = buf.getvalue()
+    assert len(text.encode()) == stats.bytes <= budget
+    doc = json.loads(text)
+    kept = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(kept) + stats.dropped == 1_000_000
+    assert stats.dropped > 600_000
+    assert sum(1 for e in kept if e["name"].startswith("rare")) == 40
+    assert doc["otherData"]["dropped_by_name"] == {"hot": stats.dropped}
+
+
+def test_sampling_is_even_and_counts_drops():
+    items = [("a", f"x{i:07d}") for i in range(100)] + [("b", "y" * 8)]
+    kept, dropped = sample_to_budget(items, 10 * 25)
+    assert sum(len(t) + 2 for _, t in kept) <= 250
+    assert [k for k, _ in kept].count("b") == 1
+    assert dropped["a"] == 100 - (len(kept) - 1)
+    positions = [int(t[1:]) for k, t in kept if k == "a"]
+    gaps = {b - a for a, b in itertools.pairwise(positions)}
+    assert len(gaps) <= 2  # evenly spaced
+
+
+def test_clock_offset_keeps_the_minimum_round_trip_sample():
+    clock = ClockOffset()
+    # hub is 2.0 s ahead; the first sample has a slow return path (skewed), the second is tight
+    clock.add(sent=100.0, hub_received=102.001, hub_replied=102.501, received=100.9)
+    clock.add(sent=200.0, hub_received=202.001, hub_replied=202.501, received=200.503)
+    estimate = clock.estimate()
+    assert estimate is not None
+    assert abs(estimate.offset_s - 2.0) <= estimate.error_s
+    assert estimate.error_s < 0.002 and estimate.samples == 2
