@@ -69,3 +69,15 @@ def hub(cluster):
     handle = get_or_create_hub(Config.from_env())
     ray.get(handle.ping.remote(), timeout=60)
     return handle
+
+
+@pytest.fixture
+def chromium_present() -> None:
+    """Skips without Chromium on a laptop; fails in CI, where .ci/run installs it."""
+    from helpers import CHROMIUM
+
+    if os.path.exists(CHROMIUM):
+        return
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI=true but {CHROMIUM} is missing: .ci/run installs Debian's chromium")
+    pytest.skip(f"needs Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")

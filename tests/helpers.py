@@ -70,3 +70,33 @@ def line_of(function: object, text: str) -> int:
 
 def cluster_address() -> str:
     return str(ray.get_runtime_context().gcs_address)
+
+
+CHROMIUM = "/usr/bin/chromium"
+"""Debian's package: `.ci/run` installs it where missing (tests of pages need a real browser)."""
+
+
+def chromium(
+    url: str, tmp_path, *, screenshot: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium on `url`: the DOM after scripts ran (stdout), or a 1200x1400 PNG."""
+    output = (
+        [f"--screenshot={screenshot}", "--window-size=1200,1400"] if screenshot else ["--dump-dom"]
+    )
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            *output,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )

@@ -24,6 +24,19 @@ EXPECTED = {
     "memory": {"--address", "--job", "--group", "--watch", "--json"},
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
     "report": {"--address", "--job", "--output", "--open", "--json"},
+    "logs": {
+        "--address",
+        "--job",
+        "--ranks",
+        "--level",
+        "--grep",
+        "--since",
+        "--raw",
+        "--follow",
+        "--json",
+    },
+    "alerts": {"--address", "--job", "--json"},
+    "level": {"--address", "--job", "--group", "--ranks", "--for", "--json"},
     "ckpt": set(),  # a group: frozen in test_ckpt_cli.py
     "trace": {
         "--address",

@@ -4,19 +4,13 @@ without errors and draws its charts."""
 from __future__ import annotations
 
 import mmap
-import os
 import re
-import subprocess
 from pathlib import Path
 
-import pytest
-
 import rankscope
+from helpers import chromium
 from rankscope.memory.model import MIB
 from rankscope.memory.report import ProcessSection, render_report
-
-CHROMIUM = "/usr/bin/chromium"
-
 
 ONE_MIB = b"\x01" * MIB
 
@@ -48,36 +42,6 @@ def test_single_snapshot_report_renders():
     snap = rankscope.MemoryProfiler().take_snapshot()
     html = render_report("one", [ProcessSection("pid 1", (snap,))], overview=True)
     assert "no leak test" in html
-
-
-def chromium(url: str, tmp_path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path / 'chromium-profile'}",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--dump-dom",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-
-
-@pytest.fixture
-def chromium_present() -> None:
-    """Skips without Chromium on a laptop; fails in CI, where .ci/run installs it."""
-    if os.path.exists(CHROMIUM):
-        return
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI=true but {CHROMIUM} is missing: .ci/run installs Debian's chromium")
-    pytest.skip(f"needs Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")
 
 
 def test_report_loads_in_chromium_and_draws_its_chart(tmp_path, chromium_present):

@@ -7,11 +7,13 @@ from a terminal: `rankscope status`, `rankscope stacks`.
 
 import rankscope.doctor  # registers the probe's `environment` command
 import rankscope.hang  # collective recorder, watchdog, `collectives` command
+import rankscope.levels  # registers the probe's `level` command
 import rankscope.memory  # registers the probe's `memory` command
 import rankscope.monitor  # the step series, the `monitor` command and summary
 import rankscope.stacks  # registers the probe's `stacks` command
 import rankscope.trace  # the probe's `trace` command, step markers, clock offsets
 from rankscope._version import __version__
+from rankscope.alerts import alert_on, configure_alerts
 from rankscope.consistency import (
     ConsistencyReport,
     inspect_distributed_tensor,
@@ -25,6 +27,8 @@ from rankscope.debug import (
     post_mortem,
 )
 from rankscope.hang import record_collectives
+from rankscope.level import configure
+from rankscope.logs import DistributedLogger, capture_logging
 from rankscope.memory import MemoryProfiler, MemorySnapshot, oom_guard, profile_memory_usage
 from rankscope.monitor import StepMonitor, watch_nan
 from rankscope.runtime.api import current_probe, init, setup_worker, shutdown, step
@@ -32,12 +36,17 @@ from rankscope.trace import debug_decorator, enable_detailed_tracing, span
 
 __all__ = [
     "ConsistencyReport",
+    "DistributedLogger",
     "MemoryProfiler",
     "MemorySnapshot",
     "RankContext",
     "StepMonitor",
     "__version__",
+    "alert_on",
+    "capture_logging",
     "conditional_breakpoint",
+    "configure",
+    "configure_alerts",
     "current_probe",
     "debug_decorator",
     "enable_detailed_tracing",

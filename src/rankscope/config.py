@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 
 from rankscope.errors import UserError
+from rankscope.level import LEVELS, level_from_env
 
-LEVELS = ("off", "light", "full")
 HUB_NAME = "rankscope_hub"
 
 
@@ -29,6 +29,9 @@ class Config:
     """
 
     level: str = "light"
+    """off / light / full (`rankscope.level`); RANKSCOPE_LEVEL, or RANKSCOPE_DEBUG=1 for full."""
+    sample_every: int = 1
+    """Full-level features run on every Nth step only (`rankscope.configure(sample_every=N)`)."""
     heartbeat_interval: float = 1.0
     """Seconds between a probe's heartbeats (its long poll returns at least this often)."""
     dead_after: float = 5.0
@@ -69,11 +72,15 @@ class Config:
                 raise UserError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         if self.suspects_interval < 0:
             raise UserError(f"suspects_interval must be >= 0 seconds, got {self.suspects_interval}")
+        if self.sample_every < 1:
+            raise UserError(f"RANKSCOPE_SAMPLE_EVERY must be >= 1, got {self.sample_every}")
 
     @classmethod
     def from_env(cls, **overrides: object) -> Config:
         """Defaults, then RANKSCOPE_* environment variables, then explicit overrides."""
         values: dict[str, object] = {}
+        if not os.environ.get("RANKSCOPE_LEVEL") and level_from_env() == "full":
+            values["level"] = "full"  # RANKSCOPE_DEBUG=1
         for f in dataclasses.fields(cls):
             raw = os.environ.get(f"RANKSCOPE_{f.name.upper()}")
             if raw is None:

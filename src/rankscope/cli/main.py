@@ -15,12 +15,15 @@ import typer
 
 from rankscope._version import __version__
 from rankscope.ckpt import cli as ckpt
+from rankscope.alerts import cli as alerts
 from rankscope.cli.common import out, set_debug
 from rankscope.debug import cli as debug
 from rankscope.demo import cli as demo
 from rankscope.doctor import cli as doctor
 from rankscope.events import cli as events
 from rankscope.hang import cli as hang
+from rankscope.levels import cli as levels
+from rankscope.logs import cli as logs
 from rankscope.memory import cli as memory
 from rankscope.report import cli as report
 from rankscope.stacks import cli as stacks
@@ -36,6 +39,9 @@ FEATURES: list[tuple[typer.Typer, str | None, str | None]] = [
     (doctor.app, None, None),
     (demo.app, None, None),
     (memory.app, None, None),
+    (logs.app, None, None),
+    (alerts.app, None, None),
+    (levels.app, None, None),
     (report.app, None, None),
     (trace.app, None, None),
     (ckpt.app, "ckpt", "Checkpoints: inspect, diff, convert HF <-> mcore."),

@@ -1,7 +1,8 @@
 """`conditional_breakpoint`: stop only where, when and on the ranks you choose.
 
-Off unless RANKSCOPE_DEBUG=1 (or RANKSCOPE_LEVEL=full) is in the process's environment or
-`enable_full_debugging()` was called; then a disabled call costs one global lookup.
+Off unless the process's debug level is `full` (`rankscope.level`, its one owner: RANKSCOPE_DEBUG=1,
+RANKSCOPE_LEVEL=full, `enable_full_debugging()` or `rankscope level full` on a live rank); a
+disabled call costs one module attribute lookup.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from rankscope import level as _level
 from rankscope.debug.analysis import RankFilter, rank_matches
 from rankscope.debug.sync import wait_if_paused
 
@@ -27,14 +29,6 @@ class _Default(enum.Enum):
 DEFAULT_TIMEOUT = _Default.TIMEOUT
 
 
-def _env_enabled() -> bool:
-    flag = os.environ.get("RANKSCOPE_DEBUG", "").strip().lower()
-    return flag in ("1", "true", "yes", "on") or os.environ.get("RANKSCOPE_LEVEL") == "full"
-
-
-_enabled = _env_enabled()
-
-
 def default_timeout() -> float | None:
     """RANKSCOPE_DEBUG_TIMEOUT seconds (600 when unset; `none` waits forever)."""
     raw = os.environ.get("RANKSCOPE_DEBUG_TIMEOUT", "600").strip().lower()
@@ -47,23 +41,12 @@ def default_timeout() -> float | None:
         return 600.0
 
 
-def enable_full_debugging() -> None:
-    """Debug level `full` in this process: conditional breakpoints stop.
-
-    Example: `rankscope.enable_full_debugging()` at the top of a worker's `__init__`.
-    """
-    global _enabled
-    _enabled = True
-
-
-def enable_lightweight_monitoring() -> None:
-    """Debug level `light` in this process: the probe only; conditional breakpoints do nothing."""
-    global _enabled
-    _enabled = False
+enable_full_debugging = _level.enable_full_debugging
+enable_lightweight_monitoring = _level.enable_lightweight_monitoring
 
 
 def debugging_enabled() -> bool:
-    return _enabled
+    return _level.FULL
 
 
 def conditional_breakpoint(
@@ -80,7 +63,7 @@ def conditional_breakpoint(
 
     Example: `rankscope.conditional_breakpoint(lambda: loss.isnan(), rank_filter=0, timeout=60)`.
     """
-    if not _enabled:
+    if not _level.FULL:
         return
     wait_if_paused()
     try:

@@ -32,9 +32,10 @@ def inject(worker: Any, step: int) -> None:
 def diagnose(session: DemoSession) -> bool:
     import ray
 
+    from rankscope.cli.output import to_json
     from rankscope.memory import analysis
     from rankscope.memory.collect import collect
-    from rankscope.memory.model import MemorySnapshot
+    from rankscope.memory.model import MemorySnapshot, RankMemoryReply
     from rankscope.memory.render import render
     from rankscope.memory.report import ProcessSection, write_report
 
@@ -78,6 +79,15 @@ def diagnose(session: DemoSession) -> bool:
         )
     view = analysis.cluster_view(job_id, rows)
     session.console.print(render(view))
+    replies = [
+        RankMemoryReply(snapshots[-1], history=tuple(snapshots), leaks=row.leaks)
+        for row, snapshots in zip(rows, series.values(), strict=True)
+    ]  # as `rankscope diagnose --mode memory_profile` writes them: `rankscope report` reads it
+    session.client.write_artifact(
+        job_id,
+        f"memory-profile-{time.strftime('%Y%m%d-%H%M%S')}.json",
+        to_json("diagnose.memory_profile", {"memory": view, "replies": replies}),
+    )
     path = write_report(
         os.path.join(session.run_dir, "memory-report.html"),
         f"rankscope demo: memory of job {job_id}",

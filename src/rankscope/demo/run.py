@@ -68,6 +68,8 @@ def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:
     try:
         session = _start(plan, console, run_dir)
         found = get_fault(plan.fault).diagnose(session)
+        session.flush_events()
+        _write_report(session)
         for actor in session.actors:
             ray.kill(actor)
     finally:
@@ -102,6 +104,20 @@ def _start(plan: DemoPlan, console: Console, run_dir: str) -> DemoSession:
         console=console,
         run_dir=run_dir,
     )
+
+
+def _write_report(session: DemoSession) -> None:
+    """The job's page (`rankscope report`), live, before the ranks go: into the run directory."""
+    import os
+
+    from rankscope.report.analysis import build_report
+    from rankscope.report.collect import collect_run
+    from rankscope.report.render import write_html
+
+    job_id = session.ranked_probes()[0].context.job_id
+    report = build_report(collect_run(None, None, job_id), time.time())
+    path = write_html(report, os.path.join(session.run_dir, job_id, "report.html"))
+    session.console.print(f"report: {path}\n  verdict: {report.verdict}")
 
 
 def _wait_for_probes(count: int) -> Any:

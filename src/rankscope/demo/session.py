@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,17 @@ class DemoSession:
     def ranked_probes(self) -> list[ProbeStatus]:
         probes = [p for p in self.client.probes() if p.context.rank is not None]
         return sorted(probes, key=lambda p: p.context.rank or 0)
+
+    def flush_events(self) -> None:
+        """Wait until every rank's probe has sent what it emitted so far (two heartbeats: one
+        already on its way may have left before the event was queued), before the demo ends
+        the ranks and the report reads the run directory."""
+        for _ in range(2):
+            since = time.time()
+            self.wait_for(functools.partial(self._heard_since, since), "the probes' heartbeats")
+
+    def _heard_since(self, since: float) -> bool:
+        return all(p.last_seen > since for p in self.ranked_probes() if p.state.value == "alive")
 
     def wait_for(self, done: Callable[[], bool], what: str) -> None:
         deadline = time.time() + WAIT_TIMEOUT_S

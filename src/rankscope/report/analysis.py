@@ -6,9 +6,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rankscope.report.model import RunData, RunReport, Section, Severity, TimelineItem
-from rankscope.report.sections import SECTIONS, process_label
+from rankscope.report.sections import SECTIONS, consistency_line, process_label
 
-VERDICT_ORDER = ("hang", "ranks", "consistency", "memory", "debug")
+VERDICT_ORDER = ("hang", "stacks", "ranks", "consistency", "memory", "debug")
 """Whose finding becomes the page's first sentence: a hang explains the deaths that follow it."""
 MAX_TIMELINE = 500
 """Timeline items at most: every warning and failure first, then the rest, evenly thinned."""
@@ -43,7 +43,8 @@ def verdict(sections: Iterable[Section], data: RunData) -> str:
         section = by_key.get(key)
         if section is not None and section.findings:
             more = sum(len(s.findings) for s in by_key.values()) - 1
-            return section.findings[0] + (f" ({more} more findings below)" if more else "")
+            below = f" ({more} more finding{'s' if more > 1 else ''} below)" if more else ""
+            return section.findings[0] + below
     if not by_key:
         return (
             f"nothing recorded for job {data.job_id} yet: no events, no reports, no live "
@@ -97,9 +98,7 @@ def _describe(kind: str, payload: Mapping[str, Any]) -> tuple[str, Severity]:
         ) else Severity.WARN
     if kind == "consistency":
         ok = payload.get("ok", True)
-        return f"{payload.get('operation_name')}: {payload.get('summary')}", (
-            Severity.INFO if ok else Severity.FAIL
-        )
+        return consistency_line(payload), (Severity.INFO if ok else Severity.FAIL)
     if kind == "memory.oom":
         return (
             f"out of memory: {payload.get('summary', payload.get('error_type', ''))}",

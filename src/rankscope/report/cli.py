@@ -36,19 +36,16 @@ def report(
     import time
 
     from rankscope.cli.output import to_json
-    from rankscope.files import write_text_atomically
     from rankscope.report.analysis import build_report
     from rankscope.report.collect import collect_run
-    from rankscope.report.render import render_html, render_summary
+    from rankscope.report.render import render_summary, write_html
 
     data = collect_run(run_dir, address, job)
     result = build_report(data, time.time())
     if as_json:
         out.print_json(to_json("report", result))
     else:
-        path = write_text_atomically(
-            output or f"rankscope-report-{result.job_id}.html", render_html(result)
-        )
+        path = write_html(result, output or f"rankscope-report-{result.job_id}.html")
         out.print(render_summary(result, path))
         if open_page:
             import webbrowser

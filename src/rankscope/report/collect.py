@@ -21,6 +21,8 @@ EVENT_LIMIT = 20_000
 EVERY_KIND = [""]
 """Events of every kind, the hub's records of who is who (`probe.registered`) included."""
 """Events read at most (the newest): enough for a run's story, bounded for huge runs."""
+HANG_MIN_WAIT_S = 5.0
+"""As `rankscope hang`'s default: a shorter wait in a collective is not yet a hang."""
 MAX_ARTIFACTS = 20
 """JSON reports read at most (the newest)."""
 ARTIFACT_BYTES = 32 << 20
@@ -90,6 +92,7 @@ def read_artifacts(job_dir: str) -> tuple[dict[str, Any], tuple[str, ...]]:
 def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
     from rankscope.hang.collect import hang_reports
     from rankscope.runtime.client import HubClient
+    from rankscope.stacks.collect import stack_reports
     from rankscope.status.collect import job_statuses
 
     client = HubClient.attach(address)
@@ -109,7 +112,11 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
     [status] = job_statuses(address, job_id)
     processes = tuple(plain(p) for p in status.processes)
     alive = any(p.get("state") != "dead" for p in processes)
-    hang = tuple(plain(r) for r in hang_reports(address, job_id, 5.0)) if live and alive else ()
+    hang: tuple[dict[str, Any], ...] = ()
+    stacks: tuple[dict[str, Any], ...] = ()
+    if live and alive:
+        hang = tuple(plain(r) for r in hang_reports(address, job_id, HANG_MIN_WAIT_S))
+        stacks = tuple(plain(r) for r in stack_reports(address, job_id, None, client=client))
     return RunData(
         job_id,
         f"the hub ({job_dir})",
@@ -119,6 +126,7 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
         deaths=status.deaths,
         first_death=status.first_death,
         hang=hang,
+        stacks=stacks,
         notes=notes,
     )
 

@@ -82,6 +82,8 @@ class RunData:
     first_death: str = ""
     hang: tuple[dict[str, Any], ...] = ()
     """Live hang reports (`hang --json`'s data)."""
+    stacks: tuple[dict[str, Any], ...] = ()
+    """Live stack reports (`stacks --json`'s data)."""
     notes: tuple[str, ...] = ()
     """What could not be read, said once on the page."""
 

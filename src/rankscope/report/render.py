@@ -17,7 +17,7 @@ from rankscope._version import __version__
 from rankscope.report.model import Chart, RunReport, Severity, TimelineItem
 from rankscope.units import human_bytes
 
-__all__ = ["render_html", "render_summary"]
+__all__ = ["render_html", "render_summary", "write_html"]
 
 WIDTH, HEIGHT, PAD = 900, 220, 48
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
@@ -40,6 +40,13 @@ def render_html(report: RunReport) -> str:
         loud=[i for i in report.timeline if i.severity is not Severity.INFO],
         css_class={Severity.INFO: "muted", Severity.WARN: "warn", Severity.FAIL: "alert"},
     )
+
+
+def write_html(report: RunReport, path: str) -> str:
+    """The page, written whole or not at all; returns its absolute path."""
+    from rankscope.files import write_text_atomically
+
+    return write_text_atomically(path, render_html(report))
 
 
 def render_summary(report: RunReport, path: str | None) -> RenderableType:

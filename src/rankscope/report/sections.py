@@ -55,9 +55,10 @@ def hang_section(data: RunData, now: float) -> Section | None:
             waiting = format_ranks(g.get("waiting") or ()) or "-"
             rows.append((str(g["group"]), format_ranks(g["ranks"]), f"#{g['last_seq']}", waiting))
     written = [e for e in data.events if e.get("kind") == "hang_report"]
-    for event in written:
-        payload = event.get("payload", {})
-        findings.extend(m for m in payload.get("findings", ()) if m not in findings)
+    if not data.hang:  # the job ended: the watchdog's reports are the evidence left
+        for event in written:
+            payload = event.get("payload", {})
+            findings.extend(m for m in payload.get("findings", ()) if m not in findings)
     if not data.hang and not written:
         return None
     tables = (Table(("group", "ranks", "last collective", "in a collective"), tuple(rows)),)
@@ -68,6 +69,24 @@ def hang_section(data: RunData, now: float) -> Section | None:
     )
     summary = "live: " + ("no rank is stuck" if data.hang and not findings else "see findings")
     return Section("hang", "Hangs and collectives", tuple(findings), summary, tables, (), notes)
+
+
+def stacks_section(data: RunData, now: float) -> Section | None:
+    """Where every live process is, grouped by identical stack; ranks stuck behind another."""
+    if not data.stacks:
+        return None
+    findings = [f["message"] for report in data.stacks for f in report.get("findings", ())]
+    rows = []
+    for report in data.stacks:
+        for g in report.get("groups", ()):
+            if not g.get("main_thread"):
+                continue  # helper threads: `rankscope stacks` shows them
+            ranks = [m["rank"] for m in g.get("members", ()) if m.get("rank") is not None]
+            who = f"ranks {format_ranks(ranks)}" if ranks else f"{len(g['members'])} processes"
+            rows.append((who, str(g.get("headline", ""))))
+    table = Table(("who", "main thread is in"), tuple(rows[:MAX_ROWS]))
+    count = sum(r.get("process_count", 0) for r in data.stacks)
+    return Section("stacks", "Stacks", tuple(findings), f"{count} processes (live)", (table,))
 
 
 def consistency_section(data: RunData, now: float) -> Section | None:
@@ -90,7 +109,7 @@ def consistency_section(data: RunData, now: float) -> Section | None:
         )
         for p in sorted(latest.values(), key=lambda p: bool(p.get("ok", True)))
     ]
-    findings = tuple(f"{p.get('operation_name')}: {p.get('summary')}" for p in failing[:8])
+    findings = tuple(consistency_line(p) for p in failing[:8])
     table = Table(("operation", "result", "ranks", "tensors differing", "summary"), tuple(rows))
     summary = f"{len(latest)} checks, {len(failing)} out of tolerance"
     return Section("consistency", "Consistency across ranks", findings, summary, (table,))
@@ -126,6 +145,12 @@ def memory_section(data: RunData, now: float) -> Section | None:
     tables = (Table(("process", "RSS", "leak test"), tuple(rows)),) if rows else ()
     summary = f"{len(ooms)} out-of-memory verdicts, {len(profiles)} memory profiles"
     return Section("memory", "Memory", tuple(findings), summary, tables, charts)
+
+
+def consistency_line(payload: Mapping[str, Any]) -> str:
+    """`gradient_sync: rank 2 differs ...`: the summary, named by its operation once."""
+    name, summary = str(payload.get("operation_name", "?")), str(payload.get("summary", ""))
+    return summary if summary.startswith(name) else f"{name}: {summary}"
 
 
 def debug_section(data: RunData, now: float) -> Section | None:
@@ -168,6 +193,7 @@ def events_section(data: RunData, now: float) -> Section | None:
 SECTIONS: tuple[Callable[[RunData, float], Section | None], ...] = (
     ranks_section,
     hang_section,
+    stacks_section,
     consistency_section,
     memory_section,
     debug_section,

@@ -1,0 +1,225 @@
+"""The alert rules as pure functions and small state machines: no Ray, no I/O.
+
+`RankRules` runs on each rank (fed the records the logs summary drains and the memory it
+reads); `alerts_from_events` and `silent_ranks` run on the CLI side over the run directory's
+events and the hub's registry.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rankscope.alerts.model import Alert, AlertSettings, RegexRule
+from rankscope.ranks import format_ranks
+
+__all__ = ["MemoryReading", "RankRules", "SilenceRow", "alerts_from_events", "silent_ranks"]
+
+ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
+_WINDOW_MAX = 10_000
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    host_used: int
+    host_total: int
+    device_used: int = 0
+    device_total: int = 0
+
+
+class RankRules:
+    """One rank's rules: ERROR bursts, new error templates, user regexes, memory. Bounded.
+
+    `records(batch, now)` and `memory(reading, host_threshold, device_threshold, now)` return
+    the alerts to raise (each at most once per cooldown) and `resolved` the ones that stopped.
+    """
+
+    def __init__(self, settings: AlertSettings, who: str) -> None:
+        self.settings = settings
+        self.who = who
+        self._errors: collections.deque[float] = collections.deque(maxlen=_WINDOW_MAX)
+        self._templates: set[str] = set()
+        self._matches: dict[str, collections.deque[float]] = {}
+        self._compiled: dict[str, re.Pattern[str]] = {}
+        self._raised: dict[str, tuple[float, int]] = {}
+        self._memory_high: set[str] = set()
+
+    def set_rules(self, rules: Sequence[RegexRule]) -> None:
+        self.settings = replace(self.settings, rules=tuple(rules))
+        self._compiled = {r.name: re.compile(r.pattern) for r in rules}
+
+    def records(self, batch: Iterable[tuple[str, str, float, str]], now: float) -> list[Alert]:
+        """`batch`: (level, message, time, template) of the records logged since the last call."""
+        found: list[Alert] = []
+        s = self.settings
+        for level, message, when, template in batch:
+            if level in ERROR_LEVELS:
+                self._errors.append(when)
+                if template not in self._templates and len(self._templates) < _WINDOW_MAX:
+                    self._templates.add(template)
+                    found += self._raise(
+                        f"new_error:{template}",
+                        "new_error",
+                        "warning",
+                        f"{self.who}: first {level} of its kind: {message[:200]}",
+                        when,
+                        repeat=False,
+                    )
+            for rule in s.rules:
+                pattern = self._compiled.get(rule.name)
+                if pattern is None or not pattern.search(message):
+                    continue
+                times = self._matches.setdefault(rule.name, collections.deque(maxlen=_WINDOW_MAX))
+                times.append(when)
+                while times and times[0] < when - rule.window_s:
+                    times.popleft()
+                if len(times) >= rule.count:
+                    what = f"{len(times)} lines" if rule.count > 1 else "a line"
+                    found += self._raise(
+                        f"rule:{rule.name}",
+                        rule.name,
+                        rule.severity,
+                        f"{self.who}: {what} matching {rule.pattern!r}: {message[:200]}",
+                        when,
+                    )
+        while self._errors and self._errors[0] < now - s.error_window_s:
+            self._errors.popleft()
+        if len(self._errors) >= s.error_burst:
+            found += self._raise(
+                "error_burst",
+                "error_burst",
+                "error",
+                f"{self.who}: {len(self._errors)} ERROR records in {s.error_window_s:g} s",
+                now,
+            )
+        return found
+
+    def memory(
+        self, reading: MemoryReading, host_threshold: float, device_threshold: float, now: float
+    ) -> tuple[list[Alert], list[str]]:
+        """Alerts for memory above the thresholds, and the rules that fell back below."""
+        found: list[Alert] = []
+        resolved: list[str] = []
+        checks = (
+            ("host_memory", reading.host_used, reading.host_total, host_threshold, "host"),
+            (
+                "device_memory",
+                reading.device_used,
+                reading.device_total,
+                device_threshold,
+                "device",
+            ),
+        )
+        for rule, used, total, threshold, what in checks:
+            if total <= 0:
+                continue
+            fraction = used / total
+            if fraction > threshold:
+                self._memory_high.add(rule)
+                found += self._raise(
+                    rule,
+                    rule,
+                    "critical" if fraction > 0.97 else "error",
+                    f"{self.who}: {what} memory {fraction:.0%} used, above {threshold:.0%}",
+                    now,
+                )
+            elif rule in self._memory_high:
+                self._memory_high.discard(rule)
+                self._raised.pop(rule, None)
+                resolved.append(rule)
+        return found, resolved
+
+    def _raise(
+        self, key: str, rule: str, severity: str, message: str, now: float, *, repeat: bool = True
+    ) -> list[Alert]:
+        last, count = self._raised.get(key, (None, 0))
+        if last is not None and (not repeat or now - last < self.settings.cooldown_s):
+            self._raised[key] = (last, count + 1)
+            return []
+        self._raised[key] = (now, 1)
+        if len(self._raised) > _WINDOW_MAX:
+            self._raised.pop(next(iter(self._raised)))
+        return [Alert(rule, severity, message, now, count=count + 1 if last is not None else 1)]
+
+
+def alerts_from_events(
+    events: Iterable[dict[str, Any]], now: float, active_for_s: float, job_id: str = ""
+) -> list[Alert]:
+    """The run directory's `alert` / `alert_resolved` events as alerts, newest first: one per
+    (rule, process), active when raised within `active_for_s` and not resolved since."""
+    latest: dict[tuple[str, str], Alert] = {}
+    for e in events:
+        payload = e.get("payload") or {}
+        if not isinstance(payload, dict) or "rule" not in payload:
+            continue
+        key = (str(payload["rule"]), str(e.get("probe_id", "")))
+        when = float(e.get("time") or payload.get("time") or 0.0)
+        if e.get("kind") == "alert_resolved":
+            if key in latest:
+                latest[key] = replace(latest[key], active=False)
+            continue
+        if e.get("kind") != "alert":
+            continue
+        latest[key] = Alert(
+            rule=str(payload["rule"]),
+            severity=str(payload.get("severity", "warning")),
+            message=str(payload.get("message", "")),
+            time=when,
+            rank=payload.get("rank"),
+            pid=int(payload.get("pid") or 0),
+            group=payload.get("group"),
+            count=int(payload.get("count") or 1),
+            active=now - when <= active_for_s,
+            job_id=job_id,
+        )
+    return sorted(latest.values(), key=lambda a: -a.time)
+
+
+@dataclass(frozen=True)
+class SilenceRow:
+    """What the silence rule reads of one ranked process from the hub's registry."""
+
+    rank: int
+    group: str | None
+    alive: bool
+    step: int
+    last_activity: float
+    """The later of its last `rankscope.step()` and its last log record."""
+    pid: int = 0
+
+
+def silent_ranks(
+    rows: Sequence[SilenceRow], now: float, silent_after_s: float, job_id: str = ""
+) -> list[Alert]:
+    """Ranks that stepped before and are silent for `silent_after_s` (no step, no log) while
+    the other ranks of their group continue; a group that is idle as a whole is not silent."""
+    by_group: dict[str | None, list[SilenceRow]] = collections.defaultdict(list)
+    for row in rows:
+        if row.alive and row.step > 0:
+            by_group[row.group].append(row)
+    found = []
+    for group_rows in by_group.values():
+        going = [r for r in group_rows if now - r.last_activity < silent_after_s]
+        if not going:
+            continue
+        for r in group_rows:
+            quiet = now - r.last_activity
+            if quiet >= silent_after_s:
+                others = format_ranks(o.rank for o in going)
+                found.append(
+                    Alert(
+                        "silent_rank",
+                        "error",
+                        f"rank {r.rank}: no step and no log for {quiet:.0f} s while ranks "
+                        f"{others} continue",
+                        now,
+                        rank=r.rank,
+                        pid=r.pid,
+                        group=r.group,
+                        job_id=job_id,
+                    )
+                )
+    return found

@@ -1,0 +1,177 @@
+"""The worker side of alerts: each rank evaluates its own rules on its probe thread.
+
+The records the logs summary drains (`logs.summary.on_records`) feed the ERROR-burst,
+new-error-template and user regex rules; every `check_interval_s` the host memory (and the
+device memory when torch has initialized CUDA) is compared with the thresholds. An alert is an
+`alert` event sent with the next heartbeat to the run directory (`alert_resolved` when a memory
+rule stops holding) and, when a webhook is configured, POSTed from a daemon thread. Evaluating
+where the records are keeps the hub free of per-record work and needs no import of this
+package by runtime/; the cross-rank silence rule runs where the registry is read
+(`alerts.collect`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from typing import Any
+
+from rankscope import level as _level
+from rankscope.alerts.analysis import MemoryReading, RankRules
+from rankscope.alerts.model import SEVERITIES, Alert, AlertSettings, RegexRule
+from rankscope.alerts.webhook import WebhookSender
+from rankscope.context import get_context
+from rankscope.logs import summary as log_summary
+from rankscope.runtime.api import current_probe
+from rankscope.runtime.probe import register_summary
+
+__all__ = ["alert_on", "configure_alerts", "rules_state"]
+
+_lock = threading.Lock()
+_settings: AlertSettings | None = None
+_rules: RankRules | None = None
+_webhook = WebhookSender()
+_last_memory_check = 0.0
+_raised = 0
+
+
+def _state() -> RankRules:
+    global _settings, _rules
+    with _lock:
+        if _rules is None:
+            _settings = _settings or AlertSettings.from_env()
+            _rules = RankRules(_settings, "?")
+            _rules.set_rules(_settings.rules)
+        return _rules
+
+
+def rules_state() -> RankRules:
+    """This process's rule state (tests and the level command read it)."""
+    return _state()
+
+
+def configure_alerts(
+    *,
+    webhook: str | None = None,
+    error_burst: int | None = None,
+    error_window_s: float | None = None,
+) -> AlertSettings:
+    """Where alerts go and when ERRORs make a burst, for this process.
+
+    Example: `rankscope.configure_alerts(webhook="https://hooks.example/T0/B0")`.
+    """
+    if webhook and not webhook.startswith(("http://", "https://")):
+        raise ValueError(f"webhook {webhook!r} must be an http:// or https:// URL")
+    rules = _state()
+    changes = {
+        k: v
+        for k, v in (
+            ("webhook", webhook),
+            ("error_burst", error_burst),
+            ("error_window_s", error_window_s),
+        )
+        if v is not None
+    }
+    rules.settings = dataclasses.replace(rules.settings, **changes)  # type: ignore[arg-type]
+    return rules.settings
+
+
+def alert_on(
+    pattern: str,
+    *,
+    severity: str = "warning",
+    count: int = 1,
+    window_s: float = 60.0,
+    name: str | None = None,
+) -> RegexRule:
+    """Raise an alert when `count` log lines match `pattern` within `window_s` seconds.
+
+    Example: `rankscope.alert_on(r"CUDA out of memory", severity="critical")`.
+    Lines of every logger rankscope captures count (`DistributedLogger`, `capture_logging`).
+    """
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity {severity!r} is not one of {', '.join(SEVERITIES)}")
+    rule = RegexRule(name or pattern, pattern, severity, count, window_s)
+    rules = _state()
+    kept = [r for r in rules.settings.rules if r.name != rule.name]
+    rules.set_rules([*kept, rule])
+    return rule
+
+
+def _emit(alerts: list[Alert], resolved: list[str]) -> None:
+    global _raised
+    probe = current_probe()
+    ctx = get_context()
+    for alert in alerts:
+        payload = {
+            **dataclasses.asdict(alert),
+            "rank": ctx.rank,
+            "pid": ctx.pid,
+            "group": ctx.group,
+            "job_id": ctx.job_id,
+        }
+        _raised += 1
+        if probe is not None:
+            probe.emit("alert", payload)
+        url = _state().settings.webhook
+        if url:
+            _webhook.send(url, payload)
+    for rule in resolved:
+        if probe is not None:
+            probe.emit("alert_resolved", {"rule": rule, "rank": ctx.rank, "pid": ctx.pid})
+
+
+def _who() -> str:
+    return get_context().label
+
+
+@log_summary.on_records
+def _on_records(batch: list[log_summary.Drained]) -> None:
+    if not _level.RECORDING:
+        return
+    rules = _state()
+    rules.who = _who()
+    _emit(rules.records([(d.level, d.message, d.time, d.template) for d in batch], time.time()), [])
+
+
+@register_summary("alerts")
+def _check() -> dict[str, Any] | None:
+    """On every heartbeat: drain the log records (their rules run), and now and then memory."""
+    global _last_memory_check
+    log_summary.drain()
+    rules = _state()
+    now = time.time()
+    if _level.RECORDING and now - _last_memory_check >= rules.settings.check_interval_s:
+        _last_memory_check = now
+        rules.who = _who()
+        found, resolved = rules.memory(
+            _read_memory(), log_summary.settings().alert_threshold, _device_threshold(), now
+        )
+        _emit(found, resolved)
+    if not _raised and not _webhook.failed:
+        return None
+    return {"raised": _raised, "webhook_sent": _webhook.sent, "webhook_failed": _webhook.failed}
+
+
+def _device_threshold() -> float:
+    from rankscope.memory.analysis import MemoryThresholds
+
+    return MemoryThresholds().device_alert
+
+
+def _read_memory() -> MemoryReading:
+    from rankscope.memory.snapshot import host_memory
+
+    _rss, _anon, _uss, total, available = host_memory(uss=False)
+    device_used = device_total = 0
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                free, device_total = torch.cuda.mem_get_info()
+                device_used = device_total - free
+        except Exception:
+            device_used = device_total = 0
+    return MemoryReading(total - available, total, device_used, device_total)

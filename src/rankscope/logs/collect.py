@@ -1,0 +1,87 @@
+"""The CLI side of `rankscope logs`: one task per node reads the files there, then the lines are
+merged in time order and folded across ranks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rankscope.logs.analysis import LogFilter, fold_lines, merge_lines
+from rankscope.logs.model import FoldedLine, LogLine, NodeLogs
+from rankscope.runtime.client import HubClient
+from rankscope.runtime.protocol import ProbeStatus
+
+__all__ = ["JobLogs", "collect_logs", "read_job_logs"]
+
+MAX_LINES_PER_NODE = 1_000_000
+NODE_READ_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class JobLogs:
+    """What `rankscope logs` shows for one job: folded lines, or every line with `--raw`."""
+
+    job_id: str
+    folds: tuple[FoldedLine, ...]
+    lines: tuple[LogLine, ...]
+    files: int
+    skipped: int
+    """Lines left out on some node because more than the bound matched (the oldest)."""
+    errors: tuple[str, ...]
+
+
+def collect_logs(
+    address: str | None, job: str | None, log_filter: LogFilter, *, raw: bool
+) -> list[JobLogs]:
+    """Every selected job's logs, read on their nodes."""
+    client = HubClient.attach(address)
+    return [
+        read_job_logs(job_id, probes, log_filter, raw=raw)
+        for job_id, probes in client.jobs(job).items()
+    ]
+
+
+def read_job_logs(
+    job_id: str, probes: list[ProbeStatus], log_filter: LogFilter, *, raw: bool
+) -> JobLogs:
+    """Read on every live node (one task per node address: nodes that share a machine share
+    its files), merge, and fold unless `raw`."""
+    import ray
+
+    from rankscope.logs.reader import read_node_remote
+
+    targets = _node_targets(probes, ray.nodes())
+    refs = {
+        ip: read_node_remote(node_id, job_id, pids, log_filter, MAX_LINES_PER_NODE)
+        for ip, (node_id, pids) in targets.items()
+    }
+    results: list[NodeLogs] = []
+    errors: list[str] = []
+    for ip, ref in refs.items():
+        try:
+            results.append(ray.get(ref, timeout=NODE_READ_TIMEOUT_S))
+        except Exception as exc:
+            errors.append(f"node {ip}: could not read its logs: {type(exc).__name__}")
+    merged = merge_lines(r.lines for r in results)
+    return JobLogs(
+        job_id=job_id,
+        folds=() if raw else tuple(fold_lines(merged)),
+        lines=tuple(merged) if raw else (),
+        files=sum(len(r.files) for r in results),
+        skipped=sum(r.skipped for r in results),
+        errors=tuple(errors + [e for r in results for e in r.errors]),
+    )
+
+
+def _node_targets(
+    probes: list[ProbeStatus], nodes: list[dict[str, object]]
+) -> dict[str, tuple[str, dict[int, int | None]]]:
+    """Node address -> (a live node id there, {pid: rank} of the job's processes there)."""
+    targets: dict[str, tuple[str, dict[int, int | None]]] = {}
+    for node in nodes:
+        if node.get("Alive") and str(node.get("NodeManagerAddress")) not in targets:
+            targets[str(node["NodeManagerAddress"])] = (str(node["NodeID"]), {})
+    for p in probes:
+        target = targets.get(p.context.node_ip)
+        if target is not None:
+            target[1][p.context.pid] = p.context.rank
+    return targets

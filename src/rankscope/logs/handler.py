@@ -1,0 +1,160 @@
+"""The worker side: a logging handler that writes each record at once to this process's JSON
+Lines file, and `capture_logging()` to attach it to any logger.
+
+Each record is one `os.write` of one line to a file opened for appending without a buffer, so a
+SIGKILL right after the call loses nothing already logged. Files rotate by size
+(RANKSCOPE_LOG_MAX_BYTES, 64 MiB, two old files kept). The record's template and numbers are
+worked out later, on the probe thread (`logs.summary`): the training thread pays for one JSON
+line and one write. No error of the handler ever reaches the caller; failures are counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from typing import Any
+
+from rankscope.context import get_context
+from rankscope.logs import summary
+from rankscope.logs.files import ROTATE_KEEP, job_log_dir, rotated
+from rankscope.runtime.probe import progress
+
+__all__ = ["RankFileHandler", "capture_logging", "rank_handler"]
+
+DEFAULT_MAX_BYTES = 64 << 20
+_IDENTITY_TTL_S = 1.0
+_STANDARD = frozenset(
+    logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys()
+    | {"message", "asctime", "taskName"}
+)
+
+
+def _max_bytes() -> int:
+    raw = os.environ.get("RANKSCOPE_LOG_MAX_BYTES", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_BYTES
+
+
+class RankFileHandler(logging.Handler):
+    """Appends every record as one JSON line to `<log dir>/<job>/<pid>.jsonl` on this node."""
+
+    def __init__(self, *, max_bytes: int | None = None) -> None:
+        super().__init__(logging.NOTSET)
+        self.max_bytes = max_bytes or _max_bytes()
+        self.failures = 0
+        """Records the handler could not write (disk full, permissions); never raised."""
+        self.path: str | None = None
+        self._fd: int | None = None
+        self._pid = -1
+        self._size = 0
+        self._ident: dict[str, Any] = {}
+        self._ident_at = 0.0
+        self._last: logging.LogRecord | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record is self._last:  # attached to a logger and to one of its parents
+            return
+        self._last = record
+        try:
+            message = record.getMessage()
+            line = self._line(record, message)
+            self._write(line.encode("utf-8", "replace"))
+            summary.note(record.levelname, message, record.created)
+        except Exception:
+            self.failures += 1
+
+    def _line(self, record: logging.LogRecord, message: str) -> str:
+        now = record.created
+        if now - self._ident_at > _IDENTITY_TTL_S or os.getpid() != self._pid:
+            self._refresh_identity(now)
+        doc: dict[str, Any] = {
+            "time": now,
+            "level": record.levelname,
+            "logger": record.name,
+            "message": message,
+            "step": progress.step,
+            **self._ident,
+        }
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            doc["exc"] = record.exc_text
+        extra = {  # `_`-names are frameworks' own (Ray adds `_ray_timestamp_ns`)
+            k: v for k, v in record.__dict__.items() if k not in _STANDARD and k[:1] != "_"
+        }
+        if extra:
+            doc["extra"] = extra
+        return json.dumps(doc, separators=(",", ":"), default=str) + "\n"
+
+    def _refresh_identity(self, now: float) -> None:
+        ctx = get_context()
+        self._ident = {
+            "rank": ctx.rank,
+            "group": ctx.group,
+            "role": ctx.actor_class,
+            "node": ctx.hostname,
+            "pid": ctx.pid,
+        }
+        self._ident_at = now
+        if self._pid != ctx.pid or self.path is None:
+            self._open(os.path.join(job_log_dir(ctx.job_id), f"{ctx.pid}.jsonl"), ctx.pid)
+
+    def _open(self, path: str, pid: int) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self.path, self._pid = path, pid
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None or self.path is None:
+            raise OSError("no log file")
+        if self._size + len(data) > self.max_bytes and self._size > 0:
+            self._rotate()
+        os.write(self._fd, data)
+        self._size += len(data)
+
+    def _rotate(self) -> None:
+        assert self.path is not None and self._fd is not None
+        os.close(self._fd)
+        self._fd = None
+        for n in range(ROTATE_KEEP, 1, -1):
+            if os.path.exists(rotated(self.path, n - 1)):
+                os.replace(rotated(self.path, n - 1), rotated(self.path, n))
+        os.replace(self.path, rotated(self.path, 1))
+        self._open(self.path, self._pid)
+
+    def close(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+        super().close()
+
+
+_handler: RankFileHandler | None = None
+_handler_lock = threading.Lock()
+
+
+def rank_handler() -> RankFileHandler:
+    """This process's one handler (created on first use)."""
+    global _handler
+    with _handler_lock:
+        if _handler is None:
+            _handler = RankFileHandler()
+        return _handler
+
+
+def capture_logging(names: list[str] | tuple[str, ...] | None = None) -> RankFileHandler:
+    """Attach rankscope's per-rank file handler to these loggers (the root logger: all).
+
+    Example: `rankscope.capture_logging(["verl", "ray.train"])`. The loggers' levels stay
+    yours; a logger captured twice (itself and a parent) is written once.
+    """
+    handler = rank_handler()
+    for name in names if names is not None else [""]:
+        logger = logging.getLogger(name)
+        if handler not in logger.handlers:
+            logger.addHandler(handler)
+    return handler

@@ -1,0 +1,160 @@
+"""Reading log files on one node: rankscope's JSON Lines and Ray's worker .out/.err.
+
+`read_node` runs in a Ray task pinned to the node (`read_node_remote`), so it reads the files of
+processes that died as well as live ones. Filters are applied there, and at most `max_lines`
+lines (the newest) come back. Ray's .out/.err lines carry no time: each gets its file's last
+modification time, in file order, and the rank of the pid the file belongs to.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import socket
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from rankscope.logs.analysis import LogFilter
+from rankscope.logs.files import ROTATE_KEEP, job_log_dir, rotated, worker_std_files
+from rankscope.logs.model import LogLine, NodeLogs
+
+__all__ = ["parse_jsonl_line", "read_node", "read_node_remote"]
+
+STD_TAIL_BYTES = 4 << 20
+"""How much of the end of each Ray .out/.err file is read."""
+_RAY_MARKER = re.compile(r"^:(actor_name|task_name|job_id|task_attempt_start|task_attempt_end):")
+
+
+def parse_jsonl_line(raw: str, seq: int) -> LogLine | None:
+    """One line of a rankscope log file; None for a line that is not ours (or cut short)."""
+    try:
+        doc: dict[str, Any] = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or "message" not in doc:
+        return None
+    rank = doc.get("rank")
+    return LogLine(
+        time=float(doc.get("time") or 0.0),
+        message=str(doc["message"]),
+        level=str(doc.get("level") or "INFO"),
+        rank=rank if isinstance(rank, int) else None,
+        pid=int(doc.get("pid") or 0),
+        node=str(doc.get("node") or ""),
+        role=doc.get("role"),
+        group=doc.get("group"),
+        logger=str(doc.get("logger") or ""),
+        step=int(doc.get("step") or 0),
+        exc=str(doc.get("exc") or ""),
+        extra=doc.get("extra") or {},
+        source="log",
+        seq=seq,
+    )
+
+
+def read_node(
+    job_id: str,
+    pids: dict[int, int | None],
+    log_filter: LogFilter,
+    max_lines: int,
+    *,
+    std_files: bool = True,
+) -> NodeLogs:
+    """Every rankscope log file of the job on this node, and Ray's .out/.err of `pids`
+    (pid -> rank); filtered, the newest `max_lines` kept."""
+    pattern = log_filter.pattern()
+    lines: list[LogLine] = []
+    files: list[str] = []
+    errors: list[str] = []
+    skipped = 0
+    hostname = socket.gethostname()
+    directory = job_log_dir(job_id)
+    for path in sorted(glob.glob(os.path.join(directory, "*.jsonl"))):
+        for part in [rotated(path, n) for n in range(ROTATE_KEEP, 0, -1)] + [path]:
+            if not os.path.exists(part):
+                continue
+            files.append(part)
+            try:
+                with open(part, encoding="utf-8", errors="replace") as f:
+                    for seq, raw in enumerate(f):
+                        line = parse_jsonl_line(raw, seq)
+                        if line is not None and log_filter.keeps(line, pattern):
+                            lines.append(line)
+            except OSError as exc:
+                errors.append(f"{part}: {exc.strerror or exc}")
+    if std_files:
+        for pid, rank in sorted(pids.items()):
+            for path, source in worker_std_files(pid):
+                files.append(path)
+                try:
+                    lines += _std_lines(path, source, pid, rank, hostname, log_filter, pattern)
+                except OSError as exc:
+                    errors.append(f"{path}: {exc.strerror or exc}")
+    if len(lines) > max_lines:
+        lines.sort(key=lambda ln: (ln.time, ln.pid, ln.seq))
+        skipped = len(lines) - max_lines
+        lines = lines[skipped:]
+    return NodeLogs(hostname, tuple(lines), tuple(files), skipped, tuple(errors))
+
+
+def _std_lines(
+    path: str,
+    source: str,
+    pid: int,
+    rank: int | None,
+    hostname: str,
+    log_filter: LogFilter,
+    pattern: re.Pattern[str] | None,
+) -> list[LogLine]:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - STD_TAIL_BYTES))
+        data = f.read()
+        mtime = os.fstat(f.fileno()).st_mtime
+    texts = data.decode("utf-8", "replace").splitlines()
+    if size > STD_TAIL_BYTES:
+        texts = texts[1:]  # cut in the middle
+    found = []
+    for seq, text in enumerate(texts):
+        if not text.strip() or _RAY_MARKER.match(text):
+            continue
+        line = LogLine(
+            time=mtime,
+            message=text,
+            level="",
+            rank=rank,
+            pid=pid,
+            node=hostname,
+            source=source,
+            seq=seq,
+        )
+        if log_filter.keeps(line, pattern):
+            found.append(line)
+    return found
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _read_on_node(
+    job_id: str, pids: dict[int, int | None], log_filter: LogFilter, max_lines: int, std: bool
+) -> NodeLogs:
+    return read_node(job_id, pids, log_filter, max_lines, std_files=std)
+
+
+def read_node_remote(
+    node_id: str,
+    job_id: str,
+    pids: dict[int, int | None],
+    log_filter: LogFilter,
+    max_lines: int,
+    std_files: bool = True,
+) -> Any:
+    """The `read_node` task on `node_id` (an ObjectRef)."""
+    strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+    return _read_on_node.options(scheduling_strategy=strategy).remote(
+        job_id, pids, log_filter, max_lines, std_files
+    )
