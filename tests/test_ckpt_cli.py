@@ -42,12 +42,15 @@ def test_cli_surface_is_frozen():
         "convert": [
             "--config",
             "--force",
+            "--format",
             "--input",
             "--json",
             "--model-type",
             "--output",
+            "--pp",
             "--tp",
             "--verify",
+            "--vocab-divisible-by",
         ],
     }
 
@@ -68,25 +71,14 @@ def test_diff_exit_codes(ckpt, tmp_path):
     clean = run("diff", os.path.join(ckpt, "config.json"), ckpt)
     assert clean.exit_code == 0 and "MATCH" in clean.output
     mcore = str(tmp_path / "mcore")
-    done = run(
-        "convert",
-        "hf-to-mcore",
-        "--input",
-        ckpt,
-        "--output",
-        mcore,
-        "--model-type",
-        "qwen2",
-        "--tp",
-        "2",
-        "--verify",
-    )
+    done = run("convert", "hf-to-mcore", ckpt, mcore, "--tp", "2", "--verify")
     assert done.exit_code == 0, done.output
+    assert "format torch_dist, tensor parallel 2" in flat(done.output)
     assert "round trip verified bit-exact" in flat(done.output)
     bad = run("diff", os.path.join(ckpt, "config.json"), mcore)
     assert bad.exit_code == 1
     assert "[naming-scheme]" in bad.output
-    assert f"fix: rankscope ckpt convert mcore-to-hf --input {mcore}" in bad.output
+    assert f"fix: rankscope ckpt convert mcore-to-hf {mcore} OUT" in flat(bad.output)
     data = json.loads(run("diff", ckpt, mcore, "--json").stdout)
     assert data["data"]["matches"] is False
     assert data["data"]["explanations"][0]["kind"] == "naming-scheme"

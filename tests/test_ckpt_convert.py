@@ -41,7 +41,15 @@ def test_round_trip_is_bit_exact_and_logits_equal(models, tmp_path, kind, tp):
 
     model_type = "qwen2" if kind == "qwen2" else "llama"
     mcore, back = str(tmp_path / "mcore"), str(tmp_path / "back")
-    there = convert("hf-to-mcore", models[kind], mcore, model_type=model_type, tp=tp, verify=True)
+    there = convert(
+        "hf-to-mcore",
+        models[kind],
+        mcore,
+        model_type=model_type,
+        tp=tp,
+        fmt="rankscope",
+        verify=True,
+    )
     assert there.tp_size == tp and len(there.files) == tp
     assert sorted(os.listdir(mcore)) == ["config.json"] + [f"mp_rank_{r:02d}" for r in range(tp)]
     convert("mcore-to-hf", mcore, back, model_type=model_type, verify=True)
@@ -58,7 +66,7 @@ def test_round_trip_is_bit_exact_and_logits_equal(models, tmp_path, kind, tp):
 
 def test_megatron_layout_and_tp_split(models, tmp_path):
     out = str(tmp_path / "mcore")
-    convert("hf-to-mcore", models["qwen2"], out, model_type="qwen2", tp=2)
+    convert("hf-to-mcore", models["qwen2"], out, model_type="qwen2", tp=2, fmt="rankscope")
     hf = _state(models["qwen2"])
     dims = dims_from_config(read_config(os.path.join(models["qwen2"], "config.json")), path="c")
     ranks = [load_file(os.path.join(out, f"mp_rank_{r:02d}", "model.safetensors")) for r in (0, 1)]
@@ -105,7 +113,10 @@ def test_refuses_to_overwrite_and_writes_nothing_on_error(models, tmp_path):
     with pytest.raises(
         CheckpointError, match=r"num_key_value_heads \(2\) must divide by --tp \(4\)"
     ):
-        convert("hf-to-mcore", models["llama"], str(tmp_path / "x"), model_type="llama", tp=4)
+        convert(
+            "hf-to-mcore", models["llama"], str(tmp_path / "x"), model_type="llama", tp=4,
+            fmt="rankscope",
+        )  # fmt: skip
     extra = tmp_path / "extra"
     shutil.copytree(models["qwen2"], extra)
     save_file({"model.layers.0.mlp.experts.0.weight": torch.zeros(2)}, extra / "more.safetensors")
@@ -114,7 +125,9 @@ def test_refuses_to_overwrite_and_writes_nothing_on_error(models, tmp_path):
     shutil.rmtree(extra)
     assert sorted(os.listdir(tmp_path)) == ["out"]
     convert("hf-to-mcore", models["llama"], str(out), model_type="llama", force=True)
-    assert sorted(os.listdir(out)) == ["config.json", "mp_rank_00"]
+    assert sorted(os.listdir(out)) == [
+        ".metadata", "__0_0.distcp", "common.pt", "config.json", "metadata.json"
+    ]  # fmt: skip
     assert sorted(os.listdir(tmp_path)) == ["out"]
 
 

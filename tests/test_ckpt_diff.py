@@ -141,7 +141,7 @@ def test_megatron_names_are_explained_with_the_convert_command(ckpts, tmp_path):
     assert _kinds(result) == [ExplanationKind.NAMING_SCHEME]
     ex = result.explanations[0]
     assert "Megatron-core" in ex.message and "27 of 27" in ex.message
-    assert ex.fix.startswith("rankscope ckpt convert mcore-to-hf --input ")
+    assert ex.fix.startswith(f"rankscope ckpt convert mcore-to-hf {mcore} OUT")
     assert ex.fix.endswith("--model-type qwen2")
 
 

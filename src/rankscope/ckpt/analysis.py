@@ -42,7 +42,35 @@ def inspect_manifest(manifest: Manifest) -> Inspection:
         tensor_parallel=tp_evidence(manifest),
         files=len(manifest.files),
         tensors=tensors,
+        extra_state=len(manifest.extra_state),
+        notes=_notes(manifest),
     )
+
+
+def _notes(manifest: Manifest) -> list[str]:
+    """What a Megatron reader recognised, as lines for `inspect`."""
+    meta, out = manifest.metadata, []
+    if "megatron.backend" in meta:
+        out.append(
+            f"Megatron distributed checkpoint ({meta['megatron.backend']}): global shapes from "
+            f".metadata, {meta.get('megatron.layers_stacked', '?')} layers stacked on the leading "
+            "axis (shown per layer)"
+        )
+    if "megatron.pipeline_stages" in meta:
+        out.append(
+            f"legacy Megatron checkpoint: {meta['megatron.pipeline_stages']} pipeline stage(s), "
+            f"stages start at layers {meta.get('megatron.stage_first_layers')} (renumbered "
+            "globally)"
+        )
+        out.append(f"classes allowed when unpickling: {meta['megatron.allowed_classes']}")
+    if manifest.extra_state:
+        out.append(
+            f"{len(manifest.extra_state)} _extra_state entries (Transformer Engine / Megatron "
+            "module state, not weights; not counted as tensors)"
+        )
+    if manifest.other_objects:
+        out.append(f"{len(manifest.other_objects)} other sharded objects")
+    return out
 
 
 _PROJ = re.compile(r"(self_attn\.o_proj|self_attention\.linear_proj)\.weight$")

@@ -6,6 +6,8 @@ transformers are imported only inside commands, so `rankscope --help` stays fast
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -65,10 +67,26 @@ def diff(
 @handle_errors
 def convert(
     direction: Annotated[str, typer.Argument(help="hf-to-mcore or mcore-to-hf.")],
-    input_path: Annotated[str, typer.Option("--input", help="Checkpoint folder to read.")],
-    output_path: Annotated[str, typer.Option("--output", help="New folder to write.")],
-    model_type: Annotated[str, typer.Option("--model-type", help="llama or qwen2.")],
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel shards to write.")] = 1,
+    src: Annotated[str | None, typer.Argument(help="Checkpoint folder to read.")] = None,
+    dst: Annotated[str | None, typer.Argument(help="New folder to write.")] = None,
+    input_path: Annotated[
+        str | None, typer.Option("--input", help="Same as SRC.", hidden=True)
+    ] = None,
+    output_path: Annotated[
+        str | None, typer.Option("--output", help="Same as DST.", hidden=True)
+    ] = None,
+    model_type: Annotated[
+        str | None, typer.Option("--model-type", help="llama or qwen2 (default: config.json's).")
+    ] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size to write for.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (legacy: one per folder).")] = 1,
+    fmt: Annotated[
+        str, typer.Option("--format", help="torch_dist (Megatron-core), legacy or rankscope.")
+    ] = "torch_dist",
+    vocab_divisible_by: Annotated[
+        int,
+        typer.Option("--vocab-divisible-by", help="Megatron's make_vocab_size_divisible_by."),
+    ] = 128,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
     verify: Annotated[
         bool, typer.Option("--verify", help="Check the round trip is bit-exact.")
@@ -78,25 +96,54 @@ def convert(
     ] = None,
     as_json: Json = False,
 ) -> None:
-    """HuggingFace Llama/Qwen2 <-> Megatron-core GPT, streamed tensor by tensor."""
+    """HuggingFace Llama/Qwen2 <-> Megatron-core GPT, streamed, in the format Megatron loads."""
     from rankscope.ckpt.convert import convert as run_convert
     from rankscope.ckpt.render import render_convert
     from rankscope.cli.output import to_json
+    from rankscope.errors import UserError
 
-    result = run_convert(
-        direction,
-        input_path,
-        output_path,
-        model_type=model_type,
-        tp=tp,
-        force=force,
-        verify=verify,
-        config_path=config,
-    )
+    source, target = src or input_path, dst or output_path
+    if source is None or target is None:
+        raise UserError("convert needs SRC and DST: rankscope ckpt convert hf-to-mcore SRC DST")
+    with _progress(quiet=as_json) as progress:
+        result = run_convert(
+            direction,
+            source,
+            target,
+            model_type=model_type,
+            tp=tp,
+            pp=pp,
+            fmt=fmt,
+            vocab_divisible_by=vocab_divisible_by,
+            force=force,
+            verify=verify,
+            config_path=config,
+            progress=progress,
+        )
     if as_json:
         out.print_json(to_json("ckpt.convert", result))
     else:
         _print(render_convert(result))
+
+
+@contextlib.contextmanager
+def _progress(*, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr for checkpoints over 1 GB written from a terminal."""
+    import sys
+
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("writing", total=None)
+
+        def update(done: int, total: int) -> None:
+            if total >= 1 << 30:
+                bar.update(task, completed=done, total=total)
+
+        yield update
 
 
 def _print(parts: list[RenderableType]) -> None:

@@ -4,8 +4,11 @@ Streams tensor by tensor (peak memory about the largest tensor), writes into a t
 and renames it into place at the end, so a failure leaves nothing behind and the input is never
 touched. `verify=True` rebuilds every input tensor from the output and compares bytes.
 
-Layouts: Megatron-core output is `OUT/mp_rank_NN/model.safetensors` (one per TP rank) plus the
-HuggingFace `config.json`; HuggingFace output is `OUT/model.safetensors` plus `config.json`.
+Formats of Megatron-core output (`fmt`): `torch_dist` (default; what megatron-core's
+`dist_checkpointing.load` reads: `metadata.json`, `common.pt`, `.metadata`, `.distcp`; see
+`megatron.dist_writer`), `legacy` (`mp_rank_NN[_PPP]/model_optim_rng.pt`) and `rankscope`
+(`mp_rank_NN/model.safetensors`, rankscope's own). HuggingFace output is `OUT/model.safetensors`;
+`config.json` is copied beside either. mcore-to-hf reads all three, and drops vocabulary padding.
 """
 
 from __future__ import annotations
@@ -25,7 +28,13 @@ from rankscope.errors import CheckpointError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ConvertResult", "convert"]
+    from rankscope.ckpt.megatron.dist_writer import Progress
+
+__all__ = ["FORMATS", "ConvertResult", "convert"]
+
+FORMATS = ("torch_dist", "legacy", "rankscope")
+"""Megatron-core output formats: megatron-core's distributed checkpoint, Megatron-LM's legacy
+per-rank files, rankscope's own per-rank safetensors."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,9 @@ class ConvertResult:
     bytes: int
     tp_size: int
     verified: bool
+    format: str = "rankscope"
+    pp_size: int = 1
+    padded_vocab: int | None = None
 
 
 def convert(
@@ -46,11 +58,15 @@ def convert(
     input_path: str,
     output_path: str,
     *,
-    model_type: str,
+    model_type: str | None = None,
     tp: int = 1,
+    pp: int = 1,
+    fmt: str = "torch_dist",
+    vocab_divisible_by: int = 128,
     force: bool = False,
     verify: bool = False,
     config_path: str | None = None,
+    progress: Progress | None = None,
 ) -> ConvertResult:
     """Convert `input_path` into a new folder `output_path`.
 
@@ -60,12 +76,15 @@ def convert(
         way = Direction(direction)
     except ValueError:
         raise CheckpointError(f"direction {direction!r}: use hf-to-mcore or mcore-to-hf") from None
-    if model_type not in FAMILIES:
+    if model_type is not None and model_type not in FAMILIES:
         raise CheckpointError(
             f"--model-type {model_type!r}: rankscope converts {', '.join(FAMILIES)}"
         )
-    if tp < 1:
-        raise CheckpointError(f"--tp {tp}: must be 1 or more")
+    if fmt not in FORMATS:
+        raise CheckpointError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    for flag, value in (("--tp", tp), ("--pp", pp), ("--vocab-divisible-by", vocab_divisible_by)):
+        if value < 1:
+            raise CheckpointError(f"{flag} {value}: must be 1 or more")
     input_path, output_path = os.path.normpath(input_path), os.path.normpath(output_path)
     _check_paths(input_path, output_path, force)
     config_file = config_path or find_config(input_path)
@@ -74,6 +93,11 @@ def convert(
             f"{input_path}: no config.json here; pass --config PATH to the HuggingFace config"
         )
     config = read_config(config_file)
+    model_type = model_type or str(config["model_type"])
+    if model_type not in FAMILIES:
+        raise CheckpointError(
+            f"{config_file}: model_type {model_type!r}: rankscope converts {', '.join(FAMILIES)}"
+        )
     if config["model_type"] != model_type:
         raise CheckpointError(
             f"{config_file}: model_type is {config['model_type']!r}, not --model-type {model_type}"
@@ -83,24 +107,45 @@ def convert(
     if way is Direction.HF_TO_MCORE and len(sources) > 1:
         raise CheckpointError(f"{input_path}: has mp_rank_NN/ folders: use mcore-to-hf")
     steps = plan(sources[0].names(), way, source=input_path)
+    padded = None
     if way is Direction.HF_TO_MCORE:
-        _check_tp(dims, tp, config_file)
-        entries = [_mcore_entries(s, sources[0], dims, tp) for s in steps]
+        if fmt == "rankscope":
+            _check_tp(dims, tp, config_file)
+        else:
+            padded = _check_megatron(dims, tp, pp, vocab_divisible_by, config_file)
+        entries = [_mcore_entries(s, sources[0], dims, tp, padded) for s in steps]
     else:
-        tp = len(sources)
+        tp, pp = len(sources), 1
         for src in sources[1:]:
             if sorted(src.names()) != sorted(sources[0].names()):
                 raise CheckpointError(f"{src.path}: holds other tensors than {sources[0].path}")
         entries = [_hf_entries(s, sources, dims) for s in steps]
 
+    _clean_orphans(output_path)
     tmp = f"{output_path}.rankscope-tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        files = _write(way, steps, entries, sources, dims, tp, tmp, model_type)
+        if way is Direction.HF_TO_MCORE and fmt != "rankscope":
+            from rankscope.ckpt.megatron.write import write_megatron
+
+            files = write_megatron(
+                fmt,
+                tmp,
+                steps,
+                sources[0],
+                dims,
+                tp=tp,
+                pp=pp,
+                vocab_divisible_by=vocab_divisible_by,
+                progress=progress,
+            )
+        else:
+            files = _write(way, steps, entries, sources, dims, tp, tmp, model_type)
         shutil.copyfile(config_file, os.path.join(tmp, "config.json"))
         if verify:
-            _verify(way, steps, sources, open_tensors(tmp), dims, tp)
+            outputs = open_tensors(tmp)
+            _verify(way, steps, sources, outputs, dims, len(outputs) if padded else tp)
         _move_into_place(tmp, output_path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -112,9 +157,12 @@ def convert(
         files=tuple(written),
         tensors=sum(len(e) for e in entries),
         bytes=sum(t.nbytes for e in entries for t in e)
-        * (tp if way is Direction.HF_TO_MCORE else 1),
+        * (tp if way is Direction.HF_TO_MCORE and fmt == "rankscope" else 1),
         tp_size=tp,
         verified=verify,
+        format=fmt if way is Direction.HF_TO_MCORE else "hf",
+        pp_size=pp,
+        padded_vocab=padded,
     )
 
 
@@ -149,7 +197,30 @@ def _dtype(step: Step, infos: list[TensorInfo], path: str) -> str:
     return str(dtypes.pop())
 
 
-def _mcore_entries(step: Step, source: TensorSource, dims: ModelDims, tp: int) -> list[TensorInfo]:
+def _check_megatron(dims: ModelDims, tp: int, pp: int, divisible_by: int, config_file: str) -> int:
+    """Megatron-core's own constraints; returns the padded vocabulary size."""
+    from rankscope.ckpt.megatron.layout import padded_vocab
+
+    for what, value in (
+        ("num_attention_heads", dims.heads),
+        ("intermediate_size", dims.intermediate),
+    ):
+        if value % tp:
+            raise CheckpointError(f"{config_file}: {what} ({value}) must divide by --tp ({tp})")
+    if dims.kv_heads % tp:
+        raise CheckpointError(
+            f"{config_file}: num_key_value_heads ({dims.kv_heads}) must divide by --tp ({tp}): "
+            "Megatron-core splits whole key-value groups across TP ranks (num_query_groups % "
+            "tensor_model_parallel_size == 0); use --tp <= kv heads"
+        )
+    if pp > dims.num_layers:
+        raise CheckpointError(f"--pp {pp}: more stages than the {dims.num_layers} layers")
+    return padded_vocab(dims.vocab, divisible_by, tp)
+
+
+def _mcore_entries(
+    step: Step, source: TensorSource, dims: ModelDims, tp: int, padded: int | None = None
+) -> list[TensorInfo]:
     """The one tensor a step writes to each rank: name, shape of one piece, dtype."""
     from rankscope.ckpt.tensors import split_sizes
 
@@ -171,6 +242,10 @@ def _mcore_entries(step: Step, source: TensorSource, dims: ModelDims, tp: int) -
     shape = infos[0].shape
     if step.rule.fuse is not Fuse.COPY:
         shape = (sum(i.shape[0] for i in infos), *shape[1:])
+    if padded is not None:  # Megatron's own formats: checked here, written elsewhere
+        if _is_vocab(step) and shape:
+            shape = (padded, *shape[1:])
+        return [TensorInfo(step.target[0], shape, dtype)]
     if step.rule.tp is not TpSplit.REPLICATED and tp > 1:
         dim = 1 if step.rule.tp is TpSplit.ROW else 0
         size = shape[dim] // 2 if step.rule.tp is TpSplit.GATE_UP else shape[dim]
@@ -190,6 +265,8 @@ def _hf_entries(step: Step, sources: list[TensorSource], dims: ModelDims) -> lis
     if step.rule.tp is not TpSplit.REPLICATED:
         dim = 1 if step.rule.tp is TpSplit.ROW else 0
         shape = (*shape[:dim], shape[dim] * tp, *shape[dim + 1 :])
+    if _is_vocab(step) and shape and shape[0] > dims.vocab:  # Megatron's vocabulary padding
+        shape = (dims.vocab, *shape[1:])
     rest = shape[1:]
     if step.rule.fuse is Fuse.QKV:
         q, kv = dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
@@ -249,7 +326,7 @@ def _write(
     path = os.path.join(tmp, "model.safetensors")
     with SafetensorsWriter(path, flat, metadata={"format": "pt"}) as writer:
         for step in steps:
-            whole = _merged(step, sources)
+            whole = _trim(step, _merged(step, sources), dims)
             parts = split_fused(whole, step.rule.fuse, dims)
             for name, tensor in zip(step.target, parts, strict=True):
                 writer.write(name, tensor)
@@ -280,8 +357,12 @@ def _verify(
     for step in steps:
         if way is Direction.HF_TO_MCORE:
             merged = merge_tp([o.get(step.target[0]) for o in outputs], step.rule.tp)
+            merged = _trim(step, merged, dims)
             rebuilt = dict(zip(step.source, split_fused(merged, step.rule.fuse, dims), strict=True))
             pairs = [(rebuilt[n], inputs[0].get(n), n) for n in step.source]
+        elif _is_vocab(step):
+            fused = fuse([outputs[0].get(n) for n in step.target], step.rule.fuse, dims)
+            pairs = [(fused, _trim(step, _merged(step, inputs), dims), step.source[0])]
         else:
             fused = fuse([outputs[0].get(n) for n in step.target], step.rule.fuse, dims)
             pieces = split_tp(fused, step.rule.tp, tp)
@@ -295,6 +376,43 @@ def _verify(
                     f"{outputs[0].path}: --verify: {name} does not round-trip bit-exactly; "
                     "nothing was written (please report this)"
                 )
+
+
+def _clean_orphans(output: str) -> None:
+    """Remove `<output>.rankscope-tmp-<pid>` / `-old-<pid>` folders of conversions that died."""
+    import glob
+
+    for path in glob.glob(glob.escape(output) + ".rankscope-[to][ml][pd]-*"):
+        pid = path.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_vocab(step: Step) -> bool:
+    return step.rule.mcore in ("embedding.word_embeddings.weight", "output_layer.weight")
+
+
+def _trim(step: Step, tensor: torch.Tensor, dims: ModelDims) -> torch.Tensor:
+    """Drop Megatron's vocabulary padding rows (past the config's vocab_size)."""
+    if _is_vocab(step) and tensor.shape[0] > dims.vocab:
+        return tensor[: dims.vocab].contiguous()
+    return tensor
 
 
 def _move_into_place(tmp: str, output: str) -> None:

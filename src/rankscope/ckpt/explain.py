@@ -13,7 +13,7 @@ import difflib
 import re
 from collections import Counter, defaultdict
 
-from rankscope.ckpt.mapping import Direction, translate
+from rankscope.ckpt.mapping import Direction, mcore_infos, translate
 from rankscope.ckpt.model import Explanation, ExplanationKind, Manifest, TensorInfo
 from rankscope.ckpt.schemes import Scheme, SchemeInfo, Wrapper, strip_wrappers
 
@@ -137,10 +137,14 @@ class _Explainer:
             f"ACTUAL uses {a.family} names ({a.value}), EXPECTED wants {e.family} names "
             f"({e.value}); {len(found)} of {len(self.expected)} expected tensors are in ACTUAL "
             "under the other names (q/k/v fused as linear_qkv, gate/up as linear_fc1)",
-            f"rankscope ckpt convert {command} --input {self.a_manifest.source} "
-            f"--output OUT --model-type {model_type}",
+            f"rankscope ckpt convert {command} {self.a_manifest.source} OUT "
+            f"--model-type {model_type}",
             self._unexpected(),
         )
+        if direction is Direction.MCORE_TO_HF and all(t.shape for t in self.expected.values()):
+            # compare in Megatron's names, with the shapes the HF tensors make (TP shards show)
+            self.expected = mcore_infos(self.expected)
+            return
         self.actual = {n: TensorInfo(n, (), None) for n in translated}
         self.shapes_known = False
 
@@ -268,11 +272,19 @@ class _Explainer:
             )
         if vocab:
             e, a = self.expected[vocab[0]].shape, self.actual[vocab[0]].shape
+            padded = self.a_scheme.scheme is Scheme.MCORE_GPT and a[0] > e[0] and a[0] % 8 == 0
             self.add(
                 ExplanationKind.VOCAB,
-                f"vocabulary sizes differ: EXPECTED {e[0]} rows, ACTUAL {a[0]}: another "
-                "tokenizer, or a vocabulary padded for tensor parallelism",
-                "set vocab_size to the checkpoint's, or trim/pad the embedding rows",
+                f"vocabulary sizes differ: EXPECTED {e[0]} rows, ACTUAL {a[0]}: "
+                + (
+                    f"Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by"
+                    f" x TP ({a[0] - e[0]} padding rows)"
+                    if padded
+                    else "another tokenizer, or a vocabulary padded for tensor parallelism"
+                ),
+                "`rankscope ckpt convert mcore-to-hf` drops the padding rows"
+                if padded
+                else "set vocab_size to the checkpoint's, or trim/pad the embedding rows",
                 vocab,
             )
         if other:

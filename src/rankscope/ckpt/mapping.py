@@ -11,9 +11,20 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rankscope.ckpt.model import TensorInfo
 from rankscope.errors import CheckpointError
 
-__all__ = ["RULES", "Fuse", "Rule", "Step", "TpSplit", "layer_indices", "plan", "translate"]
+__all__ = [
+    "RULES",
+    "Fuse",
+    "Rule",
+    "Step",
+    "TpSplit",
+    "layer_indices",
+    "mcore_infos",
+    "plan",
+    "translate",
+]
 
 
 class Fuse(str, enum.Enum):
@@ -192,4 +203,25 @@ def translate(names: Iterable[str], direction: Direction) -> dict[str, str]:
             if all(n in present for n in src):
                 for target in dst:
                     out[target] = src[0]
+    return out
+
+
+def mcore_infos(hf: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
+    """HuggingFace tensors as the Megatron-core tensors they make: names and global shapes.
+
+    Fused tensors add up their rows (q+k+v, gate+up); groups that are incomplete are skipped.
+    """
+    out: dict[str, TensorInfo] = {}
+    layers = layer_indices(hf, Direction.HF_TO_MCORE)
+    for rule in RULES:
+        for layer in layers if rule.per_layer else [None]:
+            src = [hf.get(n.format(i=layer)) for n in rule.hf]
+            if any(s is None for s in src):
+                continue
+            infos = [s for s in src if s is not None]
+            shape = infos[0].shape
+            if rule.fuse is not Fuse.COPY and shape:
+                shape = (sum(i.shape[0] if i.shape else 0 for i in infos), *shape[1:])
+            name = rule.mcore.format(i=layer)
+            out[name] = TensorInfo(name, shape, infos[0].dtype, infos[0].file)
     return out

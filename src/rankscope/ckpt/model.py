@@ -64,6 +64,10 @@ class SourceKind(str, enum.Enum):
     """A `.bin` / `.pt` file read with `torch.load(weights_only=True, mmap=True)`."""
     MCORE_TP = "mcore-tp"
     """A folder of `mp_rank_NN/` tensor-parallel shards (manifest of rank 0)."""
+    MCORE_DIST = "mcore-torch-dist"
+    """Megatron-core `torch_dist` checkpoint: global shapes from `.metadata`, layers unstacked."""
+    MCORE_LEGACY = "mcore-legacy"
+    """Megatron `mp_rank_NN[_PPP]/model_optim_rng.pt` (rank 0's shards, layers renumbered)."""
     CONFIG = "config"
     """A HuggingFace `config.json`: the keys and shapes the model it describes expects."""
     LIVE = "live"
@@ -127,6 +131,10 @@ class Manifest:
     dims: ModelDims | None = None
     tp_size: int | None = None
     """Tensor-parallel size when the layout says so (mp_rank_NN folders, rankscope metadata)."""
+    extra_state: list[str] = field(default_factory=list)
+    """Transformer Engine / Megatron `_extra_state` entries: module state, not weights."""
+    other_objects: list[str] = field(default_factory=list)
+    """Other non-tensor entries of a Megatron checkpoint (sharded objects)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,10 @@ class Inspection:
     tensor_parallel: TpEvidence | None
     files: int
     tensors: list[TensorInfo] = field(default_factory=list)
+    extra_state: int = 0
+    """`_extra_state` entries recognised (not counted as tensors)."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader recognised: backend, stacked layers, pipeline stages, allowed classes."""
 
 
 class ExplanationKind(str, enum.Enum):

@@ -37,6 +37,7 @@ def render_inspection(result: Inspection) -> list[RenderableType]:
         )
     if scheme.tied_embeddings is not None:
         lines.append(Text(f"tied embeddings: {'yes' if scheme.tied_embeddings else 'no'}"))
+    lines.extend(Text(note) for note in result.notes)
     if result.tensor_parallel:
         tp = result.tensor_parallel
         lines.append(Text(f"tensor parallel: size {tp.tp_size} ({tp.reason})", style="yellow"))
@@ -104,7 +105,10 @@ def render_convert(result: ConvertResult) -> list[RenderableType]:
         Text(
             f"{result.direction}: wrote {result.tensors} tensors "
             f"({human_bytes(result.bytes)}) in {len(result.files)} files, "
-            f"tensor parallel {result.tp_size}{check}",
+            f"format {result.format}, tensor parallel {result.tp_size}"
+            + (f", pipeline {result.pp_size}" if result.pp_size > 1 else "")
+            + (f", vocabulary padded to {result.padded_vocab}" if result.padded_vocab else "")
+            + check,
             style="bold",
         )
     ]

@@ -61,7 +61,14 @@ def load_manifest(path: str) -> Manifest:
 
 def _folder_manifest(folder: str) -> Manifest:
     from rankscope.ckpt.expected import manifest_from_config
+    from rankscope.ckpt.megatron import dist_meta, legacy
 
+    if dist_meta.is_torch_dist(folder):
+        from rankscope.ckpt.megatron.dist_source import dist_manifest
+
+        return dist_manifest(folder)
+    if legacy.is_legacy(folder):
+        return legacy.legacy_manifest(folder)
     index = _find_index(folder)
     if index:
         return _index_manifest(index)
@@ -255,19 +262,31 @@ class TensorSource:
         if name in self._state:
             tensor: torch.Tensor = self._state[name]
             return tensor
+        result: torch.Tensor = self.handle(name).get_tensor(name)
+        return result
+
+    def handle(self, name: str) -> Any:
+        """The open safetensors file that holds `name` (memory-mapped, reads by slice)."""
         from safetensors import safe_open
 
         file = self.infos[name].file
         handle = self._handles.get(file)
         if handle is None:
             handle = self._handles[file] = safe_open(file, framework="pt")
-        result: torch.Tensor = handle.get_tensor(name)
-        return result
+        return handle
 
 
 def open_tensors(path: str) -> list[TensorSource]:
     """One source per tensor-parallel rank (one in all for an unsharded checkpoint)."""
+    from rankscope.ckpt.megatron import dist_meta, legacy
+
     path = os.path.normpath(path)
+    if os.path.isdir(path) and dist_meta.is_torch_dist(path):
+        from rankscope.ckpt.megatron.dist_source import DistTensorSource
+
+        return [DistTensorSource(path)]
+    if os.path.isdir(path) and legacy.is_legacy(path):
+        return legacy.legacy_sources(path)
     if os.path.isdir(path) and not _find_index(path) and not glob.glob(f"{path}/*.safetensors"):
         ranks = _mp_rank_dirs(path)
         if ranks:
