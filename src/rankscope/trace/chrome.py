@@ -249,18 +249,19 @@ def render_trace(
     `budget` bytes; `other` goes into `otherData` with each rank's clock offset and error."""
     base = _base_ns(traces, slices)
     w = _Writer(base)
-    nodes = sorted({t.status.context.node_ip for t in traces})
-    pids = {ip: i + 1 for i, ip in enumerate(nodes)}
-    for ip, pid in pids.items():
-        w.meta.append(
-            f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":"node {ip}"}}}}'
-        )
+    nodes = sorted({(t.status.context.node_ip, t.status.context.node_id) for t in traces})
+    pids = {node_id: i + 1 for i, (_, node_id) in enumerate(nodes)}
+    shared_ip = len({ip for ip, _ in nodes}) < len(nodes)  # nodes of one machine (tests)
+    for ip, node_id in nodes:
+        pid = pids[node_id]
+        name = w.name(f"node {ip}" + (f" ({node_id[:8]})" if shared_ip else ""))
+        w.meta.append(f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":{name}}}}}')
         sort = f'"args":{{"sort_index":{pid}}}'
         w.meta.append(f'{{"ph":"M","name":"process_sort_index","pid":{pid},{sort}}}')
     order = sorted(range(len(traces)), key=lambda i: _rank_key(traces[i]))
     for i in order:
         trace = traces[i]
-        _rank_events(w, pids[trace.status.context.node_ip], trace, slices[i])
+        _rank_events(w, pids[trace.status.context.node_id], trace, slices[i])
     clocks = {
         t.label: None if t.clock is None else
         {"offset_ms": round(t.clock.offset_s * 1e3, 3), "error_ms": round(t.clock.error_s * 1e3, 3)}
