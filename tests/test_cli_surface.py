@@ -23,6 +23,18 @@ EXPECTED = {
     "demo": {"--fault", "--workers", "--steps"},
     "memory": {"--address", "--job", "--group", "--watch", "--json"},
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
+    "doctor": {
+        "--address",
+        "--shared-path",
+        "--runtime-env",
+        "--deadline",
+        "--min-driver",
+        "--config",
+        "--model",
+        "--gpu-memory",
+        "--json",
+        "--html",
+    },
     "report": {"--address", "--job", "--output", "--open", "--json"},
     "logs": {
         "--address",

@@ -25,6 +25,7 @@ __all__ = [
     "Json",
     "err",
     "handle_errors",
+    "one_line",
     "out",
     "set_debug",
 ]
@@ -69,6 +70,16 @@ def set_debug(debug: bool) -> None:
     _state["debug"] = debug
 
 
+_LINE_BREAKS = dict.fromkeys(map(ord, "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"))
+
+
+def one_line(text: str) -> str:
+    """`text` on one terminal line: line breaks (in a path or a value the user typed) escaped."""
+    if not any(ord(c) in _LINE_BREAKS for c in text):
+        return text
+    return "".join(repr(c)[1:-1] if ord(c) in _LINE_BREAKS else c for c in text)
+
+
 def handle_errors(fn: F) -> F:
     """One line and exit 2 for mistakes a user can fix, exit 3 for our own bugs.
 
@@ -84,13 +95,17 @@ def handle_errors(fn: F) -> F:
         except UserError as exc:
             if _state["debug"]:
                 raise
-            err.print(f"rankscope: error: {exc}", markup=False)
+            err.print(f"rankscope: error: {one_line(str(exc))}", markup=False)
             raise typer.Exit(ExitCode.BAD_INPUT) from None
         except Exception as exc:
             if _state["debug"]:
                 raise
+            if isinstance(exc, OSError) and exc.filename is not None:  # a path the user gave
+                why = one_line(f"{exc.filename}: {exc.strerror or exc}")
+                err.print(f"rankscope: error: {why}", markup=False)
+                raise typer.Exit(ExitCode.BAD_INPUT) from None
             err.print(
-                f"rankscope: internal error: {type(exc).__name__}: {exc} "
+                f"rankscope: internal error: {type(exc).__name__}: {one_line(str(exc))} "
                 "(rerun with --debug for the traceback)",
                 markup=False,
             )

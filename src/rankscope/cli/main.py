@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.2x vendors its own click: its errors are that copy's classes
+    from typer._click import echo
+    from typer._click.core import Context
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # an older typer on plain click
+    from click import Context, echo  # type: ignore[assignment]
+    from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
 from rankscope._version import __version__
 from rankscope.ckpt import cli as ckpt
 from rankscope.alerts import cli as alerts
-from rankscope.cli.common import out, set_debug
+from rankscope.cli.common import one_line, out, set_debug
 from rankscope.debug import cli as debug
 from rankscope.demo import cli as demo
 from rankscope.doctor import cli as doctor
@@ -48,7 +57,40 @@ FEATURES: list[tuple[typer.Typer, str | None, str | None]] = [
     (debug.app, "debug", "Debug sessions: list paused ranks, attach to one."),
 ]
 
+class _OneLineUsageError(UsageError):
+    """Click's usage error (a bad option value, an unknown flag) as one line, exit code 2."""
+
+    def show(self, file: Any = None) -> None:
+        where = self.ctx.command_path if self.ctx is not None else "rankscope"
+        message = one_line(self.format_message())
+        echo(f"rankscope: error: {message} (see `{where} --help`)", err=True)
+
+
+class _Commands(TyperGroup):
+    """The root group: bad arguments anywhere below it come out as one line, not a usage page."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Context | None = None,
+        **extra: Any,
+    ) -> Context:  # fmt: skip
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except (NoArgsIsHelpError, _OneLineUsageError):
+            raise
+        except UsageError as exc:
+            raise _OneLineUsageError(exc.format_message(), exc.ctx) from None
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (NoArgsIsHelpError, _OneLineUsageError):
+            raise
+        except UsageError as exc:
+            raise _OneLineUsageError(exc.format_message(), exc.ctx) from None
+
+
 app = typer.Typer(
+    cls=_Commands,
     add_completion=False,
     no_args_is_help=True,
     help="Find what is wrong in distributed training on Ray: hangs, stragglers, dead ranks.",

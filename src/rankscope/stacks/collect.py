@@ -98,15 +98,25 @@ def _as_child(parent: ProbeStatus, child: ChildProcess) -> ProbeStatus:
     return dataclasses.replace(parent, info=info)
 
 
+MAX_PYSPY = 64
+"""py-spy tasks one look starts at most. When the hub is overloaded, thousands of probes can miss
+the deadline at once, and a task each floods the cluster with worker starts (measured with the
+probe simulator: 512 silent probes made `stacks` take 42 s instead of 4.5 s). The others are
+reported without a stack, and why."""
+
+
 def _pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:
-    """py-spy every target in parallel, each by a task pinned to the process's node."""
+    """py-spy the first MAX_PYSPY targets in parallel, each by a task pinned to its node."""
     if not targets:
         return []
+    out = [
+        ProcessStacks(status, (), "none", f"{why}; not py-spied: {len(targets)} were silent")
+        for status, why in targets[MAX_PYSPY:]
+    ]
     refs = {}
-    for status, why in targets:
+    for status, why in targets[:MAX_PYSPY]:
         ctx = status.context
         refs[dump_on_node(ctx.node_id, ctx.pid)] = (status, why)
-    out = []
     timeout = PYSPY_TIMEOUT_S + TASK_START_ALLOWANCE_S
     ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
     for ref, (status, why) in refs.items():
