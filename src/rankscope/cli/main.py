@@ -23,8 +23,8 @@ except ImportError:  # an older typer on plain click
     from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
 from rankscope._version import __version__
-from rankscope.ckpt import cli as ckpt
 from rankscope.alerts import cli as alerts
+from rankscope.ckpt import cli as ckpt
 from rankscope.cli.common import one_line, out, set_debug
 from rankscope.debug import cli as debug
 from rankscope.demo import cli as demo
