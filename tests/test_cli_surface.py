@@ -21,7 +21,17 @@ EXPECTED = {
     "hang": {"--address", "--job", "--group", "--json", "--min-wait", "--all"},
     "events": {"--address", "--job", "--kind", "--limit", "--json"},
     "demo": {"--fault", "--workers", "--steps"},
-    "memory": {"--address", "--job", "--group", "--watch", "--json"},
+    "memory": {"--address", "--job", "--group", "--watch", "--by-gpu", "--json"},
+    "why-pending": {"--address", "--json"},
+    "plan": {
+        "--gpus-per-worker",
+        "--cpus-per-worker",
+        "--min-gpu-memory",
+        "--prefer",
+        "--fallback",
+        "--address",
+        "--json",
+    },
     "diagnose": {"--address", "--job", "--mode", "--check-debug-ports", "--json"},
     "doctor": {
         "--address",

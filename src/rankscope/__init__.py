@@ -31,6 +31,7 @@ from rankscope.level import configure
 from rankscope.logs import DistributedLogger, capture_logging
 from rankscope.memory import MemoryProfiler, MemorySnapshot, oom_guard, profile_memory_usage
 from rankscope.monitor import StepMonitor, watch_nan
+from rankscope.resources import SmartResourceAllocator
 from rankscope.runtime.api import current_probe, init, setup_worker, shutdown, step
 from rankscope.trace import debug_decorator, enable_detailed_tracing, span
 
@@ -40,6 +41,7 @@ __all__ = [
     "MemoryProfiler",
     "MemorySnapshot",
     "RankContext",
+    "SmartResourceAllocator",
     "StepMonitor",
     "__version__",
     "alert_on",

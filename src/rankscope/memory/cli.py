@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
+from rankscope.errors import UserError
 
 if TYPE_CHECKING:
     from rankscope.memory.collect import JobMemory
@@ -27,9 +28,19 @@ def memory(
     watch: Annotated[
         bool, typer.Option("--watch", help="Refresh every 2s until Ctrl-C; adds a leak trend.")
     ] = False,
+    by_gpu: Annotated[
+        bool,
+        typer.Option(
+            "--by-gpu", help="Processes grouped by the physical GPU they use, with co-tenants."
+        ),
+    ] = False,
     as_json: Json = False,
 ) -> None:
     """Every rank's host and GPU memory, least headroom first, with alerts and leaks."""
+    if by_gpu:
+        if watch:
+            raise UserError("--by-gpu shows one look; drop --watch (or drop --by-gpu)")
+        raise typer.Exit(run_by_gpu(address, job, as_json=as_json, console=out, group=group))
     raise typer.Exit(
         run_memory(address, job, watch=watch, as_json=as_json, console=out, group=group)
     )
@@ -82,6 +93,22 @@ def run_memory(
             ),
         )
     return _exit_code(last)
+
+
+def run_by_gpu(
+    address: str | None, job: str | None, *, as_json: bool, console: Console, group: str | None
+) -> int:
+    """Exit code 1 when a GPU is over-subscribed or its co-tenants pass the threshold."""
+    from rankscope.cli.output import to_json
+    from rankscope.memory.by_gpu import collect_by_gpu, render_by_gpu
+
+    views = collect_by_gpu(address, job, group)
+    if as_json:
+        console.print_json(to_json("memory.by_gpu", views))
+    else:
+        for v in views:
+            console.print(render_by_gpu(v))
+    return ExitCode.FINDING if any(v.has_findings for v in views) else ExitCode.OK
 
 
 def _exit_code(views: Sequence[JobMemory]) -> int:

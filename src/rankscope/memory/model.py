@@ -191,3 +191,33 @@ class RankMemoryReply:
     leaks: tuple[LeakFinding, ...] = ()
     suspects: tuple[AllocationSite, ...] = ()
     thinned: int = 0
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """One physical GPU as `nvidia-smi` (NVML) sees it; sizes in bytes."""
+
+    index: int
+    """The physical index on its node (what Ray's GPU ids and CUDA_VISIBLE_DEVICES name)."""
+    uuid: str
+    total: int
+    used: int
+
+
+@dataclass(frozen=True)
+class GpuTenancy:
+    """What one process's probe answers to `gpus`: which GPUs it holds, and how much of them."""
+
+    ray_gpu_ids: tuple[str, ...]
+    """Ray's GPU ids for this worker (`get_accelerator_ids()["GPU"]`): physical indices."""
+    ray_gpus: float
+    """The GPU amount Ray assigned to this worker (0.5 for `num_gpus=0.5`)."""
+    cuda_visible_devices: str | None
+    devices: tuple[GpuDevice, ...] = ()
+    """The node's GPUs, when nvidia-smi answers (no NVML: empty)."""
+    process_used: tuple[tuple[str, int], ...] = ()
+    """(device uuid, bytes) this pid holds per device, as NVML counts it."""
+    torch_reserved: int | None = None
+    """PyTorch's reserved bytes, when this process already initialised CUDA."""
+    torch_device_total: int | None = None
+    error: str = ""

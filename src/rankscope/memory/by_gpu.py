@@ -1,0 +1,117 @@
+"""`rankscope memory --by-gpu`: ask every probe which GPUs it uses, group by physical GPU.
+
+The CLI side of the view (`analysis/gpus.py` is the pure grouping, `gpus.py` the probe's
+`gpus` command); the rendering is `render_by_gpu` below, from the same records `--json` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rankscope.memory.analysis.gpus import GpuProcess, GpuShare, group_by_gpu
+from rankscope.memory.model import GpuTenancy
+from rankscope.runtime.client import HubClient
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import filter_group
+from rankscope.units import human_bytes
+
+__all__ = ["JobGpus", "collect_by_gpu", "render_by_gpu"]
+
+DEADLINE_S = 5.0
+
+
+@dataclass(frozen=True)
+class JobGpus:
+    job_id: str
+    gpus: list[GpuShare]
+    without_gpu: list[str]
+    """Processes that use no GPU (no Ray GPU id, no CUDA_VISIBLE_DEVICES)."""
+    unanswered: list[str]
+
+    @property
+    def has_findings(self) -> bool:
+        return any(g.findings for g in self.gpus) or bool(self.unanswered)
+
+
+def collect_by_gpu(address: str | None, job: str | None, group: str | None = None) -> list[JobGpus]:
+    client = HubClient.attach(address)
+    return [
+        _job(client, job_id, filter_group(probes, group))
+        for job_id, probes in client.jobs(job).items()
+    ]
+
+
+def _job(client: HubClient, job_id: str, probes: Sequence[ProbeStatus]) -> JobGpus:
+    live = [p for p in probes if p.state != ProbeState.DEAD]
+    result = client.fan_out("gpus", live, deadline_s=DEADLINE_S) if live else None
+    by_id = {p.info.probe_id: p for p in live}
+    processes, unanswered = [], []
+    for reply in result.replies if result is not None else []:
+        p = by_id[reply.probe_id]
+        if reply.ok and isinstance(reply.payload, GpuTenancy):
+            ctx = p.context
+            processes.append(
+                GpuProcess(
+                    ctx.label,
+                    ctx.node_id,
+                    ctx.node_ip or ctx.hostname,
+                    ctx.pid,
+                    reply.payload,
+                    ctx.rank,
+                    ctx.group,
+                    ctx.actor_class,
+                )
+            )
+        else:
+            unanswered.append(f"{p.context.label}: {reply.error or 'unexpected reply'}")
+    if result is not None:
+        unanswered += [f"{p.context.label}: no answer" for p in result.missing]
+    gpus = group_by_gpu(processes)
+    on_gpu = {t.pid for g in gpus for t in g.tenants}
+    without = [p.label for p in processes if p.pid not in on_gpu]
+    return JobGpus(job_id, gpus, without, unanswered)
+
+
+def render_by_gpu(view: JobGpus) -> RenderableType:
+    """One table per job: each GPU, its co-tenants and their memory, the sum against the total."""
+    table = Table(
+        title=f"job {view.job_id}: {len(view.gpus)} GPUs in use (flagged first)",
+        title_justify="left",
+    )
+    for c in ("GPU", "process", "actor", "Ray share", "memory", "via"):
+        table.add_column(c, justify="right" if c in ("Ray share", "memory") else "left")
+    for g in view.gpus:
+        table.add_section()
+        for i, t in enumerate(g.tenants):
+            table.add_row(
+                g.name if i == 0 else "",
+                t.label,
+                t.actor_class or "-",
+                f"{t.ray_share:g}",
+                human_bytes(t.memory) if t.memory is not None else "-",
+                t.via,
+            )
+        mem = g.tenants_memory
+        total = f" of {human_bytes(g.total)}" if g.total else " (device total unknown: no NVML)"
+        table.add_row(
+            "",
+            Text(f"{len(g.tenants)} co-tenants", style="bold"),
+            "",
+            f"{g.ray_shares:g}",
+            (human_bytes(mem) if mem is not None else "-") + total,
+            "",
+        )
+    parts: list[RenderableType] = [table]
+    for g in view.gpus:
+        for f in g.findings:
+            parts.append(Text(f"{g.name}: {f}", style="bold yellow"))
+    if view.without_gpu:
+        parts.append(Text(f"no GPU: {', '.join(view.without_gpu)}", style="dim"))
+    for u in view.unanswered:
+        parts.append(Text(f"no answer: {u}", style="red"))
+    return Group(*parts)
