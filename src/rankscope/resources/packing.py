@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rankscope.resources.analysis import EPS, shortfalls
 from rankscope.resources.model import (
@@ -72,7 +72,6 @@ class _NodeState:
     left: Resources
     gpu_left: dict[int, float]
     """Eligible GPU id -> fraction still free in the simulation."""
-    failed: set[tuple[tuple[str, float], ...]] = field(default_factory=set)
 
 
 def plan_placement(
@@ -95,8 +94,8 @@ def plan_placement(
             + (", ".join(known) if known else "no labels or custom resources")
         )
     for i, b in enumerate(bundles):
-        bad = {k: v for k, v in b.items() if v < 0}
-        if bad:
+        if min(b.values(), default=0.0) < 0:
+            bad = {k: v for k, v in b.items() if v < 0}
             raise PlanError(f"bundle {i} asks a negative amount: {bad}")
     excluded: list[ExcludedGpu] = []
     states = [_state(n, preferred_node_type, min_gpu_memory, excluded) for n in alive]
@@ -104,11 +103,12 @@ def plan_placement(
     placements: list[BundlePlacement] = []
     short: list[Shortfall] = []
     lacking_of: dict[tuple[tuple[str, float], ...], list[Shortfall]] = {}
+    cursor: dict[tuple[tuple[str, float], ...], int] = {}
     for i, bundle in enumerate(bundles):
-        placed = _place(i, bundle, states, min_gpu_memory, preferred_node_type)
+        placed = _place(i, bundle, states, cursor, min_gpu_memory, preferred_node_type)
         if placed is None and bundle.get("GPU", 0.0) > EPS and fallback_strategy == "cpu_backup":
             cpu_only = {k: v for k, v in bundle.items() if k != "GPU"}
-            placed = _place(i, cpu_only, states, min_gpu_memory, preferred_node_type)
+            placed = _place(i, cpu_only, states, cursor, min_gpu_memory, preferred_node_type)
             if placed is not None:
                 placed = BundlePlacement(
                     i,
@@ -197,19 +197,20 @@ def _place(
     index: int,
     bundle: Resources,
     states: list[_NodeState],
+    cursor: dict[tuple[tuple[str, float], ...], int],
     min_gb: float,
     preferred: str | None,
 ) -> BundlePlacement | None:
     shape = tuple(sorted(bundle.items()))
     gpus = bundle.get("GPU", 0.0)
-    others = {k: v for k, v in bundle.items() if k != "GPU"}
-    for st in states:
-        if shape in st.failed:
-            continue  # resources only shrink: a node that could not fit this shape never will
+    others = [(k, v) for k, v in shape if k != "GPU" and v > 0]
+    # Resources only shrink: the nodes before the last one that fit this shape never will again.
+    for at in range(cursor.get(shape, 0), len(states)):
+        st = states[at]
         ids = _gpus_for(gpus, st.gpu_left) if gpus > EPS else ()
-        if ids is None or any(st.left.get(k, 0.0) + EPS < v for k, v in others.items() if v > 0):
-            st.failed.add(shape)
+        if ids is None or any(st.left.get(k, 0.0) + EPS < v for k, v in others):
             continue
+        cursor[shape] = at
         for k, v in bundle.items():
             st.left[k] = st.left.get(k, 0.0) - v
         share = gpus / len(ids) if ids else 0.0
@@ -225,6 +226,7 @@ def _place(
             ids,
             _reason(st, ids, gpus, min_gb, preferred),
         )
+    cursor[shape] = len(states)
     return None
 
 
