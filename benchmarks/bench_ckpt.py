@@ -5,9 +5,15 @@
    measured in the same run (goal: at least 100x faster).
 2. A Llama-70B-shaped checkpoint (723 tensors, 30 shards, real headers, data left sparse on
    disk): `inspect` in-process and `rankscope ckpt inspect --json` as a process (goal < 0.5 s).
+3. `convert hf-to-mcore --format torch_dist --tp 2` of the 2 GB checkpoint, each side in its own
+   process: rankscope (streams one chunk at a time) vs the stock way on CPU (megatron-core's own
+   saver needs CUDA): load every HF tensor, build Megatron's stacked state dict, and
+   `torch.distributed.checkpoint.save` it. Peak anonymous memory (RssAnon sampled every 5 ms,
+   over the process's own before the conversion; mmap'd input pages are page cache, not counted)
+   and wall time; goal: rankscope's peak < 2x the largest tensor + 256 MB.
 
-Run: `python benchmarks/bench_ckpt.py [--size-gb 2] [--repeats 5]`. Temp files live under one
-temp dir that is deleted at the end.
+Run: `python benchmarks/bench_ckpt.py [--size-gb 2] [--repeats 5] [--only-convert]`. Temp files
+live under one temp dir that is deleted at the end.
 """
 
 from __future__ import annotations
@@ -212,15 +218,127 @@ def bench_70b(root: str, repeats: int) -> None:
     print(f"  `rankscope ckpt inspect --json`   : {proc * 1e3:9.1f} ms  (whole process)")
 
 
+_CONVERT_CHILD = r"""
+import json, os, sys, threading, time
+
+def rss_anon():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+import torch, torch.distributed.checkpoint as dcp
+from safetensors.torch import load_file
+from rankscope.ckpt import convert
+how, src, dst = sys.argv[1:4]
+base, peak, stop = rss_anon(), [0], []
+def sample():
+    while not stop:
+        peak[0] = max(peak[0], rss_anon())
+        time.sleep(0.005)
+threading.Thread(target=sample, daemon=True).start()
+start = time.perf_counter()
+if how == "rankscope":
+    convert("hf-to-mcore", src, dst, tp=2)
+else:  # by hand: everything in memory, then one DCP save
+    hf = {}
+    for f in sorted(os.listdir(src)):
+        if f.endswith(".safetensors"):
+            hf.update(load_file(os.path.join(src, f)))
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    n = cfg["num_hidden_layers"]
+    def stack(fn):
+        return torch.stack([fn(f"model.layers.{i}.") for i in range(n)])
+    sd = {
+        "embedding.word_embeddings.weight": hf["model.embed_tokens.weight"],
+        "decoder.layers.self_attention.linear_qkv.weight": stack(lambda p: torch.cat(
+            [hf[p + "self_attn.q_proj.weight"], hf[p + "self_attn.k_proj.weight"],
+             hf[p + "self_attn.v_proj.weight"]])),
+        "decoder.layers.self_attention.linear_proj.weight": stack(
+            lambda p: hf[p + "self_attn.o_proj.weight"]),
+        "decoder.layers.mlp.linear_fc1.weight": stack(lambda p: torch.cat(
+            [hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]])),
+        "decoder.layers.mlp.linear_fc2.weight": stack(lambda p: hf[p + "mlp.down_proj.weight"]),
+        "decoder.layers.self_attention.linear_qkv.layer_norm_weight": stack(
+            lambda p: hf[p + "input_layernorm.weight"]),
+        "decoder.layers.mlp.linear_fc1.layer_norm_weight": stack(
+            lambda p: hf[p + "post_attention_layernorm.weight"]),
+        "decoder.final_layernorm.weight": hf["model.norm.weight"],
+        "output_layer.weight": hf["lm_head.weight"],
+    }
+    os.makedirs(dst)
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(dst), no_dist=True)
+wall = time.perf_counter() - start
+stop.append(1)
+time.sleep(0.02)
+print("RESULT " + json.dumps({"wall": wall, "peak": max(peak[0], rss_anon()) - base}))
+"""
+
+
+def bench_convert(root: str, size_gb: float) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    layers = max(2, round(77 * size_gb / 2))
+    dims = dict(hidden=1024, inter=2816, layers=layers, heads=8, kv=8, vocab=32000)
+    folder = os.path.join(root, "convert-src")
+    os.makedirs(folder)
+    write_config(folder, **dims)
+    shapes = llama_shapes(**dims)
+    groups = shard(shapes, 8)
+    gen = torch.Generator().manual_seed(0)
+    for path, group in zip(write_index(folder, groups), groups, strict=True):
+        save_file(
+            {n: torch.randn(s, generator=gen, dtype=torch.float32).bfloat16() for n, s in group},
+            path,
+        )
+    largest = max(2 * _numel(s) for _, s in shapes)
+    total = sum(2 * _numel(s) for _, s in shapes)
+    print(
+        f"convert hf-to-mcore --tp 2 of {total / 1e9:.2f} GB bf16 ({len(shapes)} tensors, "
+        f"largest {largest / 1e6:.0f} MB; goal: peak < {(2 * largest + (256 << 20)) / 1e6:.0f} MB)"
+    )
+    results = {}
+    for how in ("by-hand", "rankscope"):
+        out = os.path.join(root, f"convert-{how}")
+        proc = subprocess.run(
+            [sys.executable, "-c", _CONVERT_CHILD, how, folder, out],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            print(f"  {how}: failed: {proc.stderr.strip().splitlines()[-1:]}")
+            continue
+        results[how] = json.loads(lines[-1].removeprefix("RESULT "))
+        shutil.rmtree(out, ignore_errors=True)
+    for how, r in results.items():
+        print(
+            f"  {how:<28}: {r['wall']:7.1f} s, peak anonymous memory {r['peak'] / 1e6:7.0f} MB "
+            f"({r['peak'] / largest:.1f}x the largest tensor)"
+        )
+    if len(results) == 2:
+        a, b = results["by-hand"], results["rankscope"]
+        print(
+            f"  rankscope vs by hand          : memory {a['peak'] / max(b['peak'], 1):.1f}x "
+            f"lower, time {b['wall'] / a['wall']:.2f}x"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-gb", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only-convert", action="store_true")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="rankscope-bench-ckpt-")
     try:
-        bench_2gb(root, args.size_gb, args.repeats)
-        bench_70b(root, args.repeats)
+        if not args.only_convert:
+            bench_2gb(root, args.size_gb, args.repeats)
+            bench_70b(root, args.repeats)
+        bench_convert(root, args.size_gb)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -111,3 +111,19 @@ def test_convert_bad_model_type_writes_nothing(ckpt, tmp_path):
     assert result.exit_code == 2
     assert "rankscope converts llama, qwen2" in result.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_convert_legacy_with_stages_and_bad_format(ckpt, tmp_path):
+    out = str(tmp_path / "legacy")
+    done = run("convert", "hf-to-mcore", ckpt, out, "--tp", "2", "--pp", "2", "--format", "legacy")
+    assert done.exit_code == 0, done.output
+    assert "format legacy, tensor parallel 2, pipeline 2" in flat(done.output)
+    info = run("inspect", out)
+    assert info.exit_code == 0 and "2 pipeline stage(s)" in flat(info.output)
+    assert "8 _extra_state entries" in flat(info.output)
+    bad = run("convert", "hf-to-mcore", ckpt, str(tmp_path / "x"), "--format", "nemo")
+    assert bad.exit_code == 2 and "--format 'nemo': use one of torch_dist" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    missing = run("convert", "hf-to-mcore", ckpt)
+    assert missing.exit_code == 2 and "needs SRC and DST" in missing.stderr
+    assert sorted(os.listdir(tmp_path)) == ["legacy"]

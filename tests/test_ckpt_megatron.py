@@ -250,3 +250,21 @@ def test_sigkill_mid_write_leaves_no_output_and_the_next_run_cleans_up(hf, tmp_p
     convert("hf-to-mcore", src, dst, tp=2)
     assert not os.path.exists(orphan)  # the next run removed the dead run's folder
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_fewer_kv_heads_than_tp_ranks(hf, tmp_path):
+    from rankscope.ckpt.megatron.dist_meta import read_dist_metadata
+    from rankscope.ckpt.megatron.dist_reader import DistReader
+
+    out, back = str(tmp_path / "d"), str(tmp_path / "back")
+    convert("hf-to-mcore", hf["llama"], out, tp=4, verify=True)  # 2 KV heads, 4 ranks
+    reader = DistReader(read_dist_metadata(out))
+    key = "decoder.layers.self_attention.linear_qkv.weight"
+    # each rank holds an even quarter of the global fused rows: half a key-value group
+    assert [c.sizes for c in reader.meta.tensors[key].chunks[:4]] == [(1, 32, 64)] * 4
+    hf_state = _state(hf["llama"])
+    q, k, v = (hf_state[f"model.layers.0.self_attn.{n}_proj.weight"] for n in "qkv")
+    group0 = torch.cat([q[:32], k[:16], v[:16]])  # query heads 0-1, key 0, value 0
+    assert torch.equal(reader.layer(key, 0)[:64], group0)
+    convert("mcore-to-hf", out, back, verify=True)
+    assert all(torch.equal(t, _state(back)[n]) for n, t in hf_state.items())

@@ -207,11 +207,11 @@ def _check_megatron(dims: ModelDims, tp: int, pp: int, divisible_by: int, config
     ):
         if value % tp:
             raise CheckpointError(f"{config_file}: {what} ({value}) must divide by --tp ({tp})")
-    if dims.kv_heads % tp:
+    if dims.kv_heads % tp and tp % dims.kv_heads:
         raise CheckpointError(
-            f"{config_file}: num_key_value_heads ({dims.kv_heads}) must divide by --tp ({tp}): "
-            "Megatron-core splits whole key-value groups across TP ranks (num_query_groups % "
-            "tensor_model_parallel_size == 0); use --tp <= kv heads"
+            f"{config_file}: num_key_value_heads ({dims.kv_heads}) and --tp ({tp}): one must "
+            "divide the other (Megatron-core gives each rank whole key-value groups, or, with "
+            "fewer KV heads than ranks, tp / kv_heads ranks per group)"
         )
     if pp > dims.num_layers:
         raise CheckpointError(f"--pp {pp}: more stages than the {dims.num_layers} layers")

@@ -1,9 +1,10 @@
 """One stored chunk of a Megatron tensor, built from HuggingFace tensors by reading only its rows.
 
-A chunk of `linear_fc1` is rows of `gate_proj` or of `up_proj`; a chunk of `linear_qkv` is the
-query, key and value rows of whole key-value groups, interleaved; a chunk of the embedding or the
-output layer past the real vocabulary is zero padding. Rows are read with safetensors' slices, so
-building a chunk holds about twice the chunk, never the whole model or a whole stacked tensor.
+A chunk of `linear_fc1` is rows of `gate_proj` or of `up_proj`; a chunk of `linear_qkv` is cut
+from the query, key and value rows of the key-value groups it covers, interleaved; a chunk of
+the embedding or the output layer past the real vocabulary is zero padding. Rows are read with
+safetensors' slices, so building a chunk holds about twice the chunk, never the whole model or
+a whole stacked tensor.
 
 Example: `chunk_from_hf(entry, source, dims, offsets, sizes)`.
 """
@@ -86,17 +87,17 @@ def _qkv_rows(
 
     per_group = dims.heads // dims.kv_heads
     group_rows = (per_group + 2) * dims.head_dim
-    if r0 % group_rows or r1 % group_rows:
-        raise ValueError(
-            f"linear_qkv chunk rows {r0}-{r1} do not align with key-value groups of {group_rows}"
-        )
-    g0, g1 = r0 // group_rows, r1 // group_rows
+    # whole key-value groups that cover the rows; with fewer KV heads than TP ranks a rank's
+    # rows are part of one group (Megatron all-gathers and picks its query heads at run time)
+    g0, g1 = r0 // group_rows, -(-r1 // group_rows)
     qh, hd = per_group * dims.head_dim, dims.head_dim
     q = read_rows(source, names[0], g0 * qh, g1 * qh)
     k = read_rows(source, names[1], g0 * hd, g1 * hd)
     v = read_rows(source, names[2], g0 * hd, g1 * hd)
     sub = replace(dims, heads=(g1 - g0) * per_group, kv_heads=g1 - g0)
-    return fuse([q, k, v], Fuse.QKV, sub)
+    fused = fuse([q, k, v], Fuse.QKV, sub)
+    base = g0 * group_rows
+    return fused[r0 - base : r1 - base]
 
 
 def _torch_dtype(source: TensorSource, name: str) -> torch.dtype:
