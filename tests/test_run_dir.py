@@ -83,3 +83,14 @@ def test_reading_events_from_a_device_returns_nothing(tmp_path):
     _full_disk(run_dir, "job1")
     assert tail_events(run_dir, "job1", None, 10) == []
     assert tail_events(run_dir, "no-such-job", None, 10) == []
+
+
+def test_reading_events_skips_lines_the_hub_did_not_write(tmp_path):
+    run_dir = str(tmp_path / "runs")
+    append_events(run_dir, [("job1", "p1", Event("good", 1.0, {"a": 1}))])
+    with open(os.path.join(run_dir, "job1", "events.jsonl"), "ab") as f:
+        f.write(b'\xff\xfe\n[1]\nnull\n{"kind": 5, "time": 1}\n{"kind": "x", "time": "zz"}\n')
+        f.write(b'{"kind": "x", "time": 2, "payload": "str"}\n{"kind": "x", "time": true}\n{"ki\n')
+    append_events(run_dir, [("job1", "p1", Event("good", 3.0, {"b": 2}))])
+    events = tail_events(run_dir, "job1", None, 10)
+    assert [(e["kind"], e["time"]) for e in events] == [("good", 1.0), ("good", 3.0)]

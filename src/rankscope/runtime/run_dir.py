@@ -158,12 +158,27 @@ def tail_events(
             event = json.loads(raw)
         except ValueError:
             continue
+        if not _well_formed(event):
+            continue  # a line the hub did not write (or a damaged one): readers never see it
         kind = str(event.get("kind", ""))
         if kind.startswith(tuple(kinds)) if kinds is not None else not kind.startswith("probe."):
             found.append(event)
             if len(found) >= limit:
                 break
     return found[::-1]
+
+
+def _well_formed(event: Any) -> bool:
+    """What `append_events` writes: an object with a text kind, a numeric time, an object
+    payload (and a text probe id)."""
+    return (
+        isinstance(event, dict)
+        and isinstance(event.get("kind"), str)
+        and isinstance(event.get("time"), (int, float))
+        and not isinstance(event.get("time"), bool)
+        and isinstance(event.get("payload", {}), dict)
+        and isinstance(event.get("probe_id", ""), str)
+    )
 
 
 def write_atomically(run_dir: str, job_id: str, name: str, text: str) -> str:
