@@ -118,3 +118,23 @@ def test_hang_with_thousands_of_groups_lists_a_few():
     assert "group dp300 " in text  # the group with a rank waiting comes first
     assert "12 more findings" in text and "504 more collective groups" in text
     assert len(_lines(render_hang(report, show_all=True))) == 1 + 20 + 512 + 1
+
+
+def test_debug_list_says_plainly_that_debugpy_has_no_token():
+    from rankscope.debug.analysis import AttachRoute
+    from rankscope.debug.model import DebugSession, SessionListing
+    from rankscope.debug.render import render_sessions
+
+    fields = dict(
+        id="ab12cd34", job_id="01000000", rank=3, world_size=4, node_id="n1", node_ip="10.0.0.5",
+        hostname="w1", pid=1234, actor_class="Worker", probe_id="p1", host="127.0.0.1",
+        port=40000, reason="breakpoint", name=None, filename="/app/train.py", lineno=42,
+        function="step", stack=(), since=0.0, timeout=600.0, state="waiting", sync=False,
+        cwd="/app",
+    )  # fmt: skip
+    route = AttachRoute(False, "127.0.0.1", 40000, "")
+    for backend, warned in (("debugpy", True), ("pdb", False)):
+        session = DebugSession(backend=backend, **fields)  # type: ignore[arg-type]
+        listing = SessionListing("01000000", (session,), (), (), ())
+        text = "\n".join(_lines(render_sessions(listing, {session.id: route})))
+        assert ("debugpy asks no token" in text) is warned, text

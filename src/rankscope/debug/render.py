@@ -57,6 +57,13 @@ def render_sessions(
     return Group(*parts)
 
 
+DEBUGPY_NO_TOKEN = (
+    "    debugpy asks no token: while it waits, any user who can reach its port on that node "
+    "(127.0.0.1 only) can attach and run code as the job's user; rankscope's own sessions "
+    "(pdb) need a one-time token"
+)
+
+
 def _how_to_attach(s: DebugSession, route: AttachRoute) -> RenderableType:
     wait = "forever" if s.timeout is None else f"{s.timeout:g}s"
     if s.backend == "debugpy":
@@ -70,6 +77,7 @@ def _how_to_attach(s: DebugSession, route: AttachRoute) -> RenderableType:
         return Group(
             Text(f"\n{s.id} ({s.label}, debugpy, waits {wait}): VS Code launch.json {where}:"),
             Text(config),
+            Text(DEBUGPY_NO_TOKEN, style="yellow"),
         )
     what = f"{s.reason} at {s.location} in {s.function}"
     line = Text(f"\n{s.id} ({s.label}, {what}, waits {wait}): rankscope debug attach {s.id}")
