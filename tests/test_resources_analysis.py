@@ -314,3 +314,15 @@ def _text(renderable) -> str:
     console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(renderable)
     return console.export_text()
+
+
+def test_an_oom_verdict_names_the_co_tenants_that_held_the_gpu():
+    from rankscope.memory.analysis.oom import OomReport
+    from rankscope.memory.gpus import describe_co_tenants
+
+    dev = GpuDevice(3, "GPU-abc", 80 * GIB, 78 * GIB)
+    apps = [["11", "GPU-abc", "51200"], ["12", "GPU-abc", "20480"], ["13", "GPU-other", "9"]]
+    line = describe_co_tenants(dev, apps, own_pid=12)
+    assert line == "GPU 3 (GPU-abc): 78.0 of 80.0 GiB used; other processes on it: pid 11 50.0 GiB"
+    report = OomReport("OutOfMemoryError", "", None, (), None, None, extra={"co_tenants": line})
+    assert f"  co-tenants: {line}" in report.summary().splitlines()

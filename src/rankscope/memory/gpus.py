@@ -21,7 +21,13 @@ from rankscope.memory import snapshot as snap
 from rankscope.memory.model import GpuDevice, GpuTenancy
 from rankscope.runtime.probe import register_handler
 
-__all__ = ["current_tenancy", "query_nvidia_smi", "query_process_memory"]
+__all__ = [
+    "co_tenants",
+    "current_tenancy",
+    "describe_co_tenants",
+    "query_nvidia_smi",
+    "query_process_memory",
+]
 
 SMI_TIMEOUT_S = 3.0
 CACHE_S = 1.0
@@ -81,6 +87,46 @@ def current_tenancy() -> GpuTenancy:
         torch_device_total=total,
         error=error,
     )
+
+
+def co_tenants(cuda_device: int | None) -> str:
+    """The other processes on this process's GPU and what they hold, one line (NVML); "" when
+    nvidia-smi is absent. `oom_guard` adds it to its verdict: who held the memory."""
+    devices = query_nvidia_smi()
+    if not devices:
+        return ""
+    visible = [v.strip() for v in (os.environ.get("CUDA_VISIBLE_DEVICES") or "").split(",")]
+    visible = [v for v in visible if v]
+    local = cuda_device or 0
+    name = visible[local] if local < len(visible) else str(local)
+    device = next((d for d in devices if name in (str(d.index), d.uuid)), None)
+    if device is None:
+        return ""
+    return describe_co_tenants(
+        device, _smi("--query-compute-apps=pid,gpu_uuid,used_memory"), os.getpid()
+    )
+
+
+def describe_co_tenants(device: GpuDevice, apps: list[list[str]], own_pid: int) -> str:
+    """`GPU 3 (GPU-ab..): 78.0 of 80.0 GiB used; others: pid 12 30.0 GiB, ...` from NVML rows."""
+    others = []
+    for row in apps:
+        try:
+            pid, uuid, used = int(row[0]), row[1], float(row[2]) * _MIB
+        except (ValueError, IndexError):
+            continue
+        if uuid == device.uuid and pid != own_pid:
+            others.append((used, pid))
+    others.sort(reverse=True)
+    gib = 1024**3
+    head = (
+        f"GPU {device.index} ({device.uuid}): {device.used / gib:.1f} of "
+        f"{device.total / gib:.1f} GiB used"
+    )
+    if not others:
+        return head + "; no other process on it"
+    listed = ", ".join(f"pid {pid} {used / gib:.1f} GiB" for used, pid in others[:8])
+    return f"{head}; other processes on it: {listed}"
 
 
 @register_handler("gpus", off_thread=True)

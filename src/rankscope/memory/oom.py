@@ -18,7 +18,7 @@ import traceback
 from types import TracebackType
 from typing import Any, Literal
 
-from rankscope.memory import analysis
+from rankscope.memory import analysis, gpus
 from rankscope.memory import snapshot as snap
 
 log = logging.getLogger("rankscope")
@@ -97,6 +97,10 @@ class oom_guard(contextlib.ContextDecorator):
             label=_label(),
         )
         report = dataclasses.replace(report, path=self._target())
+        if snapshot.cuda is not None:  # who else held this GPU's memory (NVML, where present)
+            tenants = gpus.co_tenants(device)
+            if tenants:
+                report = dataclasses.replace(report, extra={**report.extra, "co_tenants": tenants})
         _write(report)
         summary = report.summary()
         log.error("%s", summary)

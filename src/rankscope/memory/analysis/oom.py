@@ -115,6 +115,8 @@ class OomReport:
         lines = [head]
         for f in self.findings:
             lines.append(f"  {f.verdict.value}: {f.message}; {f.advice}")
+        if self.extra.get("co_tenants"):
+            lines.append(f"  co-tenants: {self.extra['co_tenants']}")
         if self.path:
             lines.append(f"  verdict written to {self.path}")
         return "\n".join(lines)
