@@ -15,8 +15,6 @@ from helpers import run_cli, run_demo
     [
         ("stall", "rank 3 is elsewhere: load_batch train.py", "rank 3 "),
         ("hang", "rank 3 never entered #", "rank 3 never entered #"),
-        ("leak", "leak: rank 3 (injected: rank 3)", "rank 3: rss leaks"),
-        ("desync", "rank 3 is the outlier", "rank 3 is the outlier"),
     ],
 )
 def test_demo_finds_the_injected_fault_and_its_report_names_the_rank(fault, expected, verdict):
@@ -35,6 +33,22 @@ def test_demo_finds_the_injected_fault_and_its_report_names_the_rank(fault, expe
     after = run_cli("report", job_dir.group(1), "-o", job_dir.group(1) + "/after.html")
     assert after.returncode == 1, after.stdout + after.stderr  # the finding, from the files
     assert verdict in " ".join(after.stdout.split())
+
+
+def test_several_faults_run_as_jobs_of_one_cluster_and_each_report_names_the_rank():
+    """`--fault all`'s code path, with two faults to keep the suite fast."""
+    result = run_demo("--fault", "leak,desync")
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = [line.split("│") for line in result.stdout.splitlines() if line.count("│") >= 5]
+    rows = [(c[1].strip(), c[2].strip()) for c in cells if c[1].strip() not in ("", "fault")]
+    assert rows == [("leak", "yes"), ("desync", "yes")]  # wrapped verdicts: lines without a name
+    reports = dict(re.findall(r"^report of (\w+): (\S+)/report\.html$", result.stdout, re.M))
+    assert sorted(reports) == ["desync", "leak"]
+    assert reports["leak"] != reports["desync"]  # one job (and job directory) each
+    for fault, verdict in (("leak", "rank 3: rss leaks"), ("desync", "rank 3 is the outlier")):
+        after = run_cli("report", reports[fault], "-o", reports[fault] + "/after.html")
+        assert after.returncode == 1, after.stdout + after.stderr
+        assert verdict in " ".join(after.stdout.split())
 
 
 def test_unknown_fault_is_one_clear_line():

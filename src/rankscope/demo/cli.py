@@ -15,7 +15,12 @@ app = typer.Typer()
 @handle_errors
 def demo(
     fault: Annotated[
-        str, typer.Option("--fault", help="Fault to inject (see the demo docs): stall, none, ...")
+        str,
+        typer.Option(
+            "--fault",
+            help="Fault to inject: stall, hang, leak, desync, breakpoint, none; "
+            "several (hang,leak) or all: each in turn, one job each.",
+        ),
     ] = "stall",
     workers: Annotated[int, typer.Option("--workers", min=2, max=16)] = 4,
     steps: Annotated[int, typer.Option("--steps", min=1)] = 30,

@@ -44,12 +44,14 @@ def diagnose(session: DemoSession) -> bool:
     found: list[Any] = []
 
     def paused() -> bool:
-        found[:] = [s for listing in list_sessions(session.client, None) for s in listing.sessions]
+        found[:] = [
+            s for listing in list_sessions(session.client, session.job_id) for s in listing.sessions
+        ]
         return bool(found)
 
     session.wait_for(paused, what="the breakpoint")
     here = here_node_id()
-    for listing in list_sessions(session.client, None):
+    for listing in list_sessions(session.client, session.job_id):
         routes = {s.id: attach_route(s, here) for s in listing.sessions}
         session.console.print(render_sessions(listing, routes))
     opened = found[0]
@@ -67,8 +69,14 @@ def diagnose(session: DemoSession) -> bool:
     return (
         opened.rank == session.fault_rank
         and opened.function == "inject"
-        and not any(listing.sessions for listing in list_sessions(session.client, None))
+        and not any(listing.sessions for listing in list_sessions(session.client, session.job_id))
     )
 
 
-FAULT = Fault("breakpoint", "one rank pauses at a conditional breakpoint (sync)", diagnose, inject)
+FAULT = Fault(
+    "breakpoint",
+    "one rank pauses at a conditional breakpoint (sync)",
+    diagnose,
+    inject,
+    command="rankscope debug list",
+)

@@ -45,4 +45,10 @@ def diagnose(session: DemoSession) -> bool:
     )
 
 
-FAULT = Fault("desync", "one rank's weights drift from the other replicas", diagnose, inject)
+FAULT = Fault(
+    "desync",
+    "one rank's weights drift from the other replicas",
+    diagnose,
+    inject,
+    command="verify_distributed_tensors (rankscope events --kind consistency)",
+)

@@ -44,5 +44,9 @@ def diagnose(session: DemoSession) -> bool:
 
 
 FAULT = Fault(
-    "hang", "one rank never joins the all_reduce", diagnose, inject=wait_for_rollout_weights
+    "hang",
+    "one rank never joins the all_reduce",
+    diagnose,
+    inject=wait_for_rollout_weights,
+    command="rankscope hang",
 )

@@ -101,4 +101,10 @@ def diagnose(session: DemoSession) -> bool:
     return sorted(leaking) == [session.fault_rank]
 
 
-FAULT = Fault("leak", "one rank keeps a 4 MiB buffer every step", diagnose, inject)
+FAULT = Fault(
+    "leak",
+    "one rank keeps a 4 MiB buffer every step",
+    diagnose,
+    inject,
+    command="rankscope memory",
+)

@@ -23,4 +23,4 @@ def diagnose(session: DemoSession) -> bool:
     return True
 
 
-FAULT = Fault("none", "no fault: train to the end", diagnose)
+FAULT = Fault("none", "no fault: train to the end", diagnose, command="rankscope hang")

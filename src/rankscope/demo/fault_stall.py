@@ -24,11 +24,13 @@ def diagnose(session: DemoSession) -> bool:
         what="the injected stall",
     )
     session.console.print(f"no rank has made progress for {STALL_DETECT_S:g}s; taking stacks...\n")
-    report = stack_reports(None, None, None, 2.0, client=session.client)[0]
+    report = stack_reports(None, session.job_id, None, 2.0, client=session.client)[0]
     session.console.print(render_stacks(report))
     verdict = summarize(report) or ""
     return f"rank {session.fault_rank} is elsewhere: load_batch" in verdict
 
 
 # The stall itself is in train.py's load_batch, where a real data loader would hang.
-FAULT = Fault("stall", "one rank's data loading hangs inside a step", diagnose)
+FAULT = Fault(
+    "stall", "one rank's data loading hangs inside a step", diagnose, command="rankscope stacks"
+)

@@ -23,6 +23,8 @@ class Fault:
     diagnose: Callable[[DemoSession], bool]
     inject: Callable[[Any, int], None] | None = None
     """Called as inject(worker, step) in the faulty rank; None for faults built into train.py."""
+    command: str = ""
+    """What finds it, as a user would run it (`rankscope hang`): `--fault all` shows it."""
 
 
 def _registry() -> dict[str, Fault]:

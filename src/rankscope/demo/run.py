@@ -30,7 +30,8 @@ class DemoPlan:
 
     def __post_init__(self) -> None:
         if self.fault not in fault_names():
-            raise UserError(f"--fault {self.fault!r}: choose one of {', '.join(fault_names())}")
+            names = ", ".join(fault_names())
+            raise UserError(f"--fault {self.fault!r}: choose one of {names}, or all")
         if self.fault != "none" and self.steps < 3:
             raise UserError(f"--steps {self.steps}: a fault needs at least 3 steps")
 
@@ -44,14 +45,41 @@ class DemoPlan:
 
 
 def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:
-    plan = DemoPlan(fault, workers, steps)
-    import ray
+    if fault == "all" or "," in fault:
+        from rankscope.demo.every_fault import run_every_fault
 
+        names = [n for n in fault_names() if n != "none"] if fault == "all" else fault.split(",")
+        return run_every_fault(names, workers=workers, steps=steps, console=console)
+    plan = DemoPlan(fault, workers, steps)
     run_dir = tempfile.mkdtemp(prefix="rankscope-demo-")
     console.print(f"[bold]rankscope demo[/]: {plan.workers} ranks, gloo, fault={plan.fault}")
+    outcome = run_fault(plan, console, run_dir, address="local")
+    console.print(
+        f"demo done ({'found it' if outcome.found else 'NOT found'}); run directory: {run_dir}"
+    )
+    return 0 if outcome.found else 1
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one fault's run came to: found or not, how fast, the verdict, the report."""
+
+    fault: str
+    found: bool
+    seconds: float
+    """From the start of training to the diagnosis' answer."""
+    verdict: str
+    report: str
+
+
+def run_fault(plan: DemoPlan, console: Console, run_dir: str, *, address: str) -> Outcome:
+    """One fault as one Ray job: on a new embedded cluster (`address="local"`, even beside a
+    running one), or on the cluster at `address` (`--fault all` runs each fault so)."""
+    import ray
+
     ray.init(
-        address="local",  # always a new embedded cluster, even beside a running one
-        num_cpus=plan.workers,
+        address=address,
+        num_cpus=plan.workers if address == "local" else None,
         include_dashboard=False,
         logging_level=logging.ERROR,
         log_to_driver=False,
@@ -67,15 +95,16 @@ def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:
     )
     try:
         session = _start(plan, console, run_dir)
+        started = time.time()
         found = get_fault(plan.fault).diagnose(session)
+        seconds = time.time() - started
         session.flush_events()
-        _write_report(session)
+        verdict, report = _write_report(session)
         for actor in session.actors:
             ray.kill(actor)
     finally:
         ray.shutdown()
-    console.print(f"demo done ({'found it' if found else 'NOT found'}); run directory: {run_dir}")
-    return 0 if found else 1
+    return Outcome(plan.fault, found, seconds, verdict, report)
 
 
 def _start(plan: DemoPlan, console: Console, run_dir: str) -> DemoSession:
@@ -90,7 +119,8 @@ def _start(plan: DemoPlan, console: Console, run_dir: str) -> DemoSession:
     ]
     host, port = ray.get(actors[0].address.remote())
     ray.get([a.join.remote(host, port) for a in actors])
-    client = _wait_for_probes(plan.workers)
+    job_id = ray.get_runtime_context().get_job_id()
+    client = _wait_for_probes(plan.workers, job_id)
     console.print(f"{plan.workers} ranks joined the gloo group; probes registered; training...")
     return DemoSession(
         fault=plan.fault,
@@ -103,10 +133,11 @@ def _start(plan: DemoPlan, console: Console, run_dir: str) -> DemoSession:
         client=client,
         console=console,
         run_dir=run_dir,
+        job_id=job_id,
     )
 
 
-def _write_report(session: DemoSession) -> None:
+def _write_report(session: DemoSession) -> tuple[str, str]:
     """The job's page (`rankscope report`), live, before the ranks go: into the run directory."""
     import os
 
@@ -114,13 +145,13 @@ def _write_report(session: DemoSession) -> None:
     from rankscope.report.collect import collect_run
     from rankscope.report.render import write_html
 
-    job_id = session.ranked_probes()[0].context.job_id
-    report = build_report(collect_run(None, None, job_id), time.time())
-    path = write_html(report, os.path.join(session.run_dir, job_id, "report.html"))
+    report = build_report(collect_run(None, None, session.job_id), time.time())
+    path = write_html(report, os.path.join(session.run_dir, session.job_id, "report.html"))
     session.console.print(f"report: {path}\n  verdict: {report.verdict}")
+    return report.verdict, path
 
 
-def _wait_for_probes(count: int) -> Any:
+def _wait_for_probes(count: int, job_id: str) -> Any:
     """The hub exists once the first probe created it; wait for every rank to register."""
     from rankscope.runtime.client import HubClient
 
@@ -128,7 +159,7 @@ def _wait_for_probes(count: int) -> Any:
     while time.time() < deadline:
         try:
             client = HubClient.attach()
-            if len([p for p in client.probes() if p.context.rank is not None]) >= count:
+            if len([p for p in client.probes(job_id) if p.context.rank is not None]) >= count:
                 return client
         except UserError:
             pass

@@ -32,9 +32,11 @@ class DemoSession:
     client: HubClient
     console: Console
     run_dir: str
+    job_id: str
+    """This driver's Ray job: the hub also keeps earlier jobs' ranks (`--fault all`)."""
 
     def ranked_probes(self) -> list[ProbeStatus]:
-        probes = [p for p in self.client.probes() if p.context.rank is not None]
+        probes = [p for p in self.client.probes(self.job_id) if p.context.rank is not None]
         return sorted(probes, key=lambda p: p.context.rank or 0)
 
     def flush_events(self) -> None:

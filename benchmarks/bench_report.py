@@ -1,0 +1,101 @@
+"""`rankscope report` over a synthetic 4,096-rank run directory: time and page size.
+
+The run directory is what the hub leaves after such a job: one `probe.registered` record per
+rank, the watchdog's hang report event, 200 consistency checks (each sent once, by the lowest
+rank), and a memory profile of every rank (20 snapshots each, as `diagnose --mode
+memory_profile` writes it).
+Measured: the whole CLI process (`rankscope report DIR -o page.html`, import and Python start
+included) against `rankscope events --help` started the same way (the floor of any CLI call),
+and the report's own build + render in process. Goal: under 3 s, page under 5 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from rankscope.report.analysis import build_report
+from rankscope.report.collect import collect_run
+from rankscope.report.render import render_html
+from rankscope.runtime.protocol import Event
+from rankscope.runtime.run_dir import append_events, write_atomically
+
+JOB = "04000000"
+
+
+def synthetic_run(run_dir: str, ranks: int, snapshots: int) -> str:
+    t0 = 1_796_300_000.0
+    batch = []
+    for r in range(ranks):
+        context = {"rank": r, "pid": 10_000 + r, "hostname": f"node{r // 8}",
+                   "node_ip": f"10.0.{r // 2048}.{(r // 8) % 256}", "group": "10.0.0.1:29500",
+                   "actor_class": "ActorRolloutRefWorker"}  # fmt: skip
+        batch.append((JOB, f"p{r}", Event("probe.registered", t0 + r * 1e-3, {"context": context})))
+    for step in range(200):  # a check every few steps, sent once by the lowest rank
+        payload = {"operation_name": "gradient_sync", "ok": step != 150,
+                   "ranks": list(range(ranks)), "differing_total": int(step == 150),
+                   "summary": "rank 77 is the outlier" if step == 150 else "all equal"}  # fmt: skip
+        batch.append((JOB, "p0", Event("consistency", t0 + 100 + step, payload)))
+    finding = "group 0 (4096 ranks): ranks 0-3000,3002-4095 wait in all_reduce #9 ...; rank 3001"
+    batch.append((JOB, "p0", Event("hang_report", t0 + 300, {"findings": [finding]})))
+    append_events(run_dir, batch)
+    history = [
+        {
+            "time": t0 + i * 10,
+            "pid": 0,
+            "rss": 2**31 + i * 2**22,
+            "anon": 2**31,
+            "node_total": 2**40,
+            "node_available": 2**39,
+        }
+        for i in range(snapshots)
+    ]
+    replies = [
+        {"snapshot": {**history[-1], "pid": 10_000 + r}, "history": history, "leaks": []}
+        for r in range(ranks)
+    ]
+    labels = [{"pid": 10_000 + r, "label": f"rank {r}"} for r in range(ranks)]
+    profile = {"data": {"memory": {"ranks": labels}, "replies": replies}}
+    write_atomically(run_dir, JOB, "memory-profile-1.json", json.dumps(profile))
+    return os.path.join(run_dir, JOB)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", type=int, default=4096)
+    parser.add_argument("--snapshots", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        job_dir = synthetic_run(os.path.join(tmp, "runs"), args.ranks, args.snapshots)
+        sizes = {n: os.path.getsize(os.path.join(job_dir, n)) for n in os.listdir(job_dir)}
+        page = os.path.join(tmp, "page.html")
+        cli = [sys.executable, "-m", "rankscope.cli.main"]
+        whole, floor, inside = [], [], []
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            subprocess.run([*cli, "report", job_dir, "-o", page], capture_output=True, check=False)
+            whole.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            subprocess.run([*cli, "events", "--help"], capture_output=True, check=True)
+            floor.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            html = render_html(build_report(collect_run(job_dir, None, None), time.time()))
+            inside.append(time.perf_counter() - started)
+        print(f"run directory: {args.ranks} ranks; files: " + ", ".join(
+            f"{n} {s / 2**20:.1f} MiB" for n, s in sorted(sizes.items())))  # fmt: skip
+        print(f"  rankscope report (whole CLI)    median {statistics.median(whole):.2f} s")
+        print(f"  rankscope events --help (floor) median {statistics.median(floor):.2f} s")
+        print(f"  read + build + render in process median {statistics.median(inside):.2f} s")
+        print(f"  page: {len(html.encode()) / 2**20:.2f} MiB (goal < 5 MiB); goal < 3 s")
+        print(f"  load average at the end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
