@@ -88,7 +88,7 @@ def megatron_check(hf: str, dst: str, padded_vocab: int) -> dict:
         activation_func=torch.nn.functional.silu,
         normalization="RMSNorm",
         add_bias_linear=False,
-        add_qkv_bias=c["model_type"] == "qwen2",
+        add_qkv_bias=c["model_type"] in ("qwen2", "qwen2_moe"),
         use_cpu_initialization=True,
         bias_activation_fusion=False,
         bias_dropout_fusion=False,
@@ -97,10 +97,14 @@ def megatron_check(hf: str, dst: str, padded_vocab: int) -> dict:
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
         layernorm_epsilon=c["rms_norm_eps"],
+        **_moe_config(c),
     )
+    experts = c.get("num_experts") or c.get("num_local_experts")
     model = GPTModel(
         config,
-        get_gpt_layer_local_spec(normalization="RMSNorm"),
+        get_gpt_layer_local_spec(
+            num_experts=experts, moe_grouped_gemm=False, normalization="RMSNorm"
+        ),
         vocab_size=padded_vocab,
         max_sequence_length=64,
         position_embedding_type="rope",
@@ -123,7 +127,7 @@ def megatron_check(hf: str, dst: str, padded_vocab: int) -> dict:
             hf_state.update(load_file(os.path.join(hf, name)))
     mismatched = []
     state = model.state_dict()
-    for i in range(c["num_hidden_layers"]):
+    for i in range(c["num_hidden_layers"] if not experts else 0):
         p, q = f"decoder.layers.{i}.", f"model.layers.{i}."
         heads, groups = c["num_attention_heads"], c["num_key_value_heads"]
         hd = c["hidden_size"] // heads
@@ -148,6 +152,30 @@ def megatron_check(hf: str, dst: str, padded_vocab: int) -> dict:
         for name, want in pairs.items():
             if not torch.equal(state[name], want):
                 mismatched.append(name)
+    for i in range(c["num_hidden_layers"] if experts else 0):  # Qwen2-MoE
+        p, q = f"decoder.layers.{i}.mlp.", f"model.layers.{i}.mlp."
+        pairs = {p + "router.weight": hf_state[q + "gate.weight"]}
+        for e in range(experts):
+            pairs[p + f"experts.local_experts.{e}.linear_fc1.weight"] = torch.cat(
+                [
+                    hf_state[q + f"experts.{e}.gate_proj.weight"],
+                    hf_state[q + f"experts.{e}.up_proj.weight"],
+                ]
+            )
+            pairs[p + f"experts.local_experts.{e}.linear_fc2.weight"] = hf_state[
+                q + f"experts.{e}.down_proj.weight"
+            ]
+        pairs[p + "shared_experts.linear_fc1.weight"] = torch.cat(
+            [
+                hf_state[q + "shared_expert.gate_proj.weight"],
+                hf_state[q + "shared_expert.up_proj.weight"],
+            ]
+        )
+        pairs[p + "shared_experts.linear_fc2.weight"] = hf_state[
+            q + "shared_expert.down_proj.weight"
+        ]
+        pairs[p + "shared_experts.gate_weight"] = hf_state[q + "shared_expert_gate.weight"]
+        mismatched += [name for name, want in pairs.items() if not torch.equal(state[name], want)]
     vocab = c["vocab_size"]
     emb = state["embedding.word_embeddings.weight"]
     if not torch.equal(emb[:vocab], hf_state["model.embed_tokens.weight"]) or emb[vocab:].any():
@@ -164,6 +192,34 @@ def megatron_check(hf: str, dst: str, padded_vocab: int) -> dict:
         "mismatched": mismatched,
         "params": len(state),
     }
+
+
+def _moe_config(c: dict) -> dict:
+    if not c.get("num_experts"):
+        return {}
+    return dict(
+        num_moe_experts=c["num_experts"],
+        moe_ffn_hidden_size=c["moe_intermediate_size"],
+        moe_router_topk=c["num_experts_per_tok"],
+        moe_shared_expert_intermediate_size=c["shared_expert_intermediate_size"],
+        moe_shared_expert_gate=True,
+    )
+
+
+def make_moe(path: str, kind: str) -> str:
+    """A tiny Qwen2-MoE (router, 4 experts, a gated shared expert) or Mixtral, saved."""
+    from transformers import AutoModelForCausalLM, MixtralConfig, Qwen2MoeConfig
+
+    sizes = dict(SIZES, num_experts_per_tok=2, num_hidden_layers=2)
+    if kind == "qwen2_moe":
+        config = Qwen2MoeConfig(
+            **sizes, num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=64
+        )
+    else:
+        config = MixtralConfig(**dict(sizes, intermediate_size=48), num_local_experts=4)
+    torch.manual_seed(7)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    return save(model, path)
 
 
 def run_megatron_checks(cases: list) -> list:

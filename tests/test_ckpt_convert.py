@@ -119,8 +119,8 @@ def test_refuses_to_overwrite_and_writes_nothing_on_error(models, tmp_path):
         )  # fmt: skip
     extra = tmp_path / "extra"
     shutil.copytree(models["qwen2"], extra)
-    save_file({"model.layers.0.mlp.experts.0.weight": torch.zeros(2)}, extra / "more.safetensors")
-    with pytest.raises(CheckpointError, match=r"experts\.0\.weight has no counterpart"):
+    save_file({"model.layers.0.mlp.extra_proj.weight": torch.zeros(2)}, extra / "more.safetensors")
+    with pytest.raises(CheckpointError, match=r"extra_proj\.weight has no counterpart"):
         convert("hf-to-mcore", str(extra), str(tmp_path / "x"), model_type="qwen2")
     shutil.rmtree(extra)
     assert sorted(os.listdir(tmp_path)) == ["out"]

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from _ckpt_models import make_model, run_megatron_checks, save
+from _ckpt_models import make_model, make_moe, run_megatron_checks, save
 from rankscope.ckpt import ExplanationKind, SourceKind, convert, diff, inspect
 from rankscope.cli.main import app
 from rankscope.errors import CheckpointError
@@ -31,6 +31,8 @@ def hf(tmp_path_factory):
     return {
         "llama": save(make_model("llama", seed=4), root / "llama"),
         "qwen2": save(make_model("qwen2", seed=5), root / "qwen2"),
+        "qwen2_moe": make_moe(root / "qwen2_moe", "qwen2_moe"),
+        "mixtral": make_moe(root / "mixtral", "mixtral"),
     }
 
 
@@ -56,15 +58,20 @@ def test_megatron_core_reads_and_loads_what_we_write(hf, tmp_path):
     from rankscope.ckpt.megatron.dist_meta import read_dist_metadata
     from rankscope.ckpt.megatron.dist_reader import DistReader
 
-    llama, qwen2 = str(tmp_path / "llama"), str(tmp_path / "qwen2")
+    llama, qwen2, moe = (str(tmp_path / n) for n in ("llama", "qwen2", "moe"))
     a = convert("hf-to-mcore", hf["llama"], llama, tp=2, vocab_divisible_by=48, verify=True)
     b = convert("hf-to-mcore", hf["qwen2"], qwen2, tp=1, verify=True)
+    c = convert("hf-to-mcore", hf["qwen2_moe"], moe, tp=2, vocab_divisible_by=64, verify=True)
     assert (a.padded_vocab, b.padded_vocab) == (192, 128)  # 128 -> next multiple of 48 * 2
     assert sorted(os.listdir(llama)) == [
         ".metadata", "__0_0.distcp", "common.pt", "config.json", "metadata.json"
     ]  # fmt: skip
     results = run_megatron_checks(
-        [[hf["llama"], llama, a.padded_vocab], [hf["qwen2"], qwen2, b.padded_vocab]]
+        [
+            [hf["llama"], llama, a.padded_vocab],
+            [hf["qwen2"], qwen2, b.padded_vocab],
+            [hf["qwen2_moe"], moe, c.padded_vocab],  # router, 4 experts, gated shared expert
+        ]
     )
     for result in results:
         # megatron-core's load_tensors_metadata lists exactly what GPTModel.sharded_state_dict()
@@ -75,6 +82,9 @@ def test_megatron_core_reads_and_loads_what_we_write(hf, tmp_path):
         # every loaded parameter equals the HF tensors it was made of, bit for bit
         assert result["mismatched"] == []
     assert "decoder.layers.self_attention.linear_qkv.bias" in results[1]["found"]
+    assert results[2]["found"]["decoder.layers.mlp.experts.experts.linear_fc1.weight"] == [
+        2, 4, 64, 64
+    ]  # fmt: skip
     # torch's own DCP reader and rankscope's chunk reader agree on every tensor
     meta = read_dist_metadata(llama)
     ours = DistReader(meta)
@@ -268,3 +278,25 @@ def test_fewer_kv_heads_than_tp_ranks(hf, tmp_path):
     assert torch.equal(reader.layer(key, 0)[:64], group0)
     convert("mcore-to-hf", out, back, verify=True)
     assert all(torch.equal(t, _state(back)[n]) for n, t in hf_state.items())
+
+
+@pytest.mark.parametrize("kind", ["qwen2_moe", "mixtral"])
+def test_mixture_of_experts_round_trip_and_logits(hf, tmp_path, kind):
+    from transformers import AutoModelForCausalLM
+
+    dist, back = str(tmp_path / "dist"), str(tmp_path / "back")
+    convert("hf-to-mcore", hf[kind], dist, tp=2, verify=True)
+    info = inspect(dist)
+    layer0 = [n for n in (t.name for t in info.tensors) if n.startswith("decoder.layers.0.mlp.")]
+    assert "decoder.layers.0.mlp.router.weight" in layer0
+    assert "decoder.layers.0.mlp.experts.local_experts.3.linear_fc2.weight" in layer0
+    assert ("decoder.layers.0.mlp.shared_experts.gate_weight" in layer0) is (kind == "qwen2_moe")
+    convert("mcore-to-hf", dist, back, verify=True)
+    original, returned = _state(hf[kind]), _state(back)
+    assert original.keys() == returned.keys()
+    assert all(torch.equal(original[k], returned[k]) for k in original)
+    tokens = torch.tensor([[1, 5, 9, 77, 3]])
+    a = AutoModelForCausalLM.from_pretrained(hf[kind]).eval()
+    b = AutoModelForCausalLM.from_pretrained(back).eval()
+    with torch.no_grad():
+        assert torch.equal(a(tokens).logits, b(tokens).logits)

@@ -19,7 +19,7 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rankscope.ckpt.expected import FAMILIES, dims_from_config, read_config
+from rankscope.ckpt.expected import CONVERTS, dims_from_config, read_config
 from rankscope.ckpt.mapping import Direction, Fuse, Step, TpSplit, plan
 from rankscope.ckpt.model import ModelDims, TensorInfo
 from rankscope.ckpt.sources import TensorSource, find_config, open_tensors
@@ -76,9 +76,9 @@ def convert(
         way = Direction(direction)
     except ValueError:
         raise CheckpointError(f"direction {direction!r}: use hf-to-mcore or mcore-to-hf") from None
-    if model_type is not None and model_type not in FAMILIES:
+    if model_type is not None and model_type not in CONVERTS:
         raise CheckpointError(
-            f"--model-type {model_type!r}: rankscope converts {', '.join(FAMILIES)}"
+            f"--model-type {model_type!r}: rankscope converts {', '.join(CONVERTS)}"
         )
     if fmt not in FORMATS:
         raise CheckpointError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
@@ -94,9 +94,9 @@ def convert(
         )
     config = read_config(config_file)
     model_type = model_type or str(config["model_type"])
-    if model_type not in FAMILIES:
+    if model_type not in CONVERTS:
         raise CheckpointError(
-            f"{config_file}: model_type {model_type!r}: rankscope converts {', '.join(FAMILIES)}"
+            f"{config_file}: model_type {model_type!r}: rankscope converts {', '.join(CONVERTS)}"
         )
     if config["model_type"] != model_type:
         raise CheckpointError(
@@ -108,6 +108,10 @@ def convert(
         raise CheckpointError(f"{input_path}: has mp_rank_NN/ folders: use mcore-to-hf")
     steps = plan(sources[0].names(), way, source=input_path)
     padded = None
+    if dims.experts and way is Direction.HF_TO_MCORE and fmt != "torch_dist":
+        raise CheckpointError(
+            f"--format {fmt}: Mixture-of-Experts models are written as torch_dist"
+        )
     if way is Direction.HF_TO_MCORE:
         if fmt == "rankscope":
             _check_tp(dims, tp, config_file)

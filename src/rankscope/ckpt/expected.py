@@ -17,6 +17,8 @@ __all__ = ["dims_from_config", "dims_of_folder", "manifest_from_config", "table_
 
 FAMILIES = ("llama", "qwen2")
 """Model types rankscope knows without transformers, and converts."""
+CONVERTS = (*FAMILIES, "qwen2_moe", "mixtral")
+"""Model types `convert` handles (the MoE ones to and from torch_dist only)."""
 
 
 def read_config(path: str) -> dict[str, Any]:
@@ -46,7 +48,15 @@ def dims_from_config(config: dict[str, Any], *, path: str) -> ModelDims:
             intermediate=int(config["intermediate_size"]),
             vocab=int(config["vocab_size"]),
             tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-            qkv_bias=model_type == "qwen2" or bool(config.get("attention_bias", False)),
+            qkv_bias=model_type in ("qwen2", "qwen2_moe")
+            or bool(config.get("attention_bias", False)),
+            experts=int(config.get("num_experts") or config.get("num_local_experts") or 0),
+            moe_intermediate=int(
+                config.get("moe_intermediate_size" if model_type == "qwen2_moe" else "")
+                or config.get("intermediate_size")
+                or 0
+            ),
+            shared_intermediate=int(config.get("shared_expert_intermediate_size") or 0),
         )
     except KeyError as exc:
         raise CheckpointError(f"{path}: {model_type} config has no {exc.args[0]}") from None

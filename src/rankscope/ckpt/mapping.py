@@ -15,6 +15,7 @@ from rankscope.ckpt.model import TensorInfo
 from rankscope.errors import CheckpointError
 
 __all__ = [
+    "MOE_RULES",
     "RULES",
     "Fuse",
     "Rule",
@@ -23,6 +24,7 @@ __all__ = [
     "layer_indices",
     "mcore_infos",
     "plan",
+    "rules_for",
     "translate",
 ]
 
@@ -69,6 +71,10 @@ class Rule:
     @property
     def per_layer(self) -> bool:
         return "{i}" in self.mcore
+
+    @property
+    def per_expert(self) -> bool:
+        return "{e}" in self.mcore
 
 
 _L = "model.layers.{i}."
@@ -122,6 +128,86 @@ RULES: tuple[Rule, ...] = (
     Rule("output_layer.weight", ("lm_head.weight",), Fuse.COPY, TpSplit.COLUMN, optional=True),
 )
 
+_DENSE_MLP = (_M + "mlp.linear_fc1.weight", _M + "mlp.linear_fc2.weight")
+_X = "mlp.experts.local_experts.{e}."
+
+
+def _moe_rules(router: str, experts: str, gate: str, up: str, down: str) -> tuple[Rule, ...]:
+    """Dense rules without the dense MLP, plus the router and per-expert MLPs of `family`."""
+    e = _L + experts + ".{e}."
+    return (
+        Rule(_M + "mlp.router.weight", (_L + router,), Fuse.COPY, TpSplit.REPLICATED),
+        Rule(_M + _X + "linear_fc1.weight", (e + gate, e + up), Fuse.GATE_UP, TpSplit.GATE_UP),
+        Rule(_M + _X + "linear_fc2.weight", (e + down,), Fuse.COPY, TpSplit.ROW),
+    )
+
+
+_SHARED = "mlp.shared_expert."
+_QWEN2_SHARED = (
+    Rule(
+        _M + "mlp.shared_experts.linear_fc1.weight",
+        (_L + _SHARED + "gate_proj.weight", _L + _SHARED + "up_proj.weight"),
+        Fuse.GATE_UP,
+        TpSplit.GATE_UP,
+        optional=True,
+    ),
+    Rule(
+        _M + "mlp.shared_experts.linear_fc2.weight",
+        (_L + _SHARED + "down_proj.weight",),
+        Fuse.COPY,
+        TpSplit.ROW,
+        optional=True,
+    ),
+    Rule(
+        _M + "mlp.shared_experts.gate_weight",
+        (_L + "mlp.shared_expert_gate.weight",),
+        Fuse.COPY,
+        TpSplit.REPLICATED,
+        optional=True,
+    ),
+)
+MOE_RULES: dict[str, tuple[Rule, ...]] = {
+    "qwen2_moe": (
+        *_moe_rules(
+            "mlp.gate.weight",
+            "mlp.experts",
+            "gate_proj.weight",
+            "up_proj.weight",
+            "down_proj.weight",
+        ),
+        *_QWEN2_SHARED,
+    ),
+    "mixtral": _moe_rules(
+        "block_sparse_moe.gate.weight",
+        "block_sparse_moe.experts",
+        "w1.weight",
+        "w3.weight",
+        "w2.weight",
+    ),
+}
+"""Mixture-of-Experts layers: Qwen2-MoE (with shared experts) and Mixtral naming."""
+
+_EXPERT = {
+    Direction.HF_TO_MCORE: re.compile(r"\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\."),
+    Direction.MCORE_TO_HF: re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\."),
+}
+
+
+def rules_for(names: Iterable[str], direction: Direction) -> tuple[tuple[Rule, ...], int]:
+    """The rule table for a set of source names (dense, or a MoE family) and its expert count."""
+    present = list(names)
+    experts = {int(m.group(1)) for n in present if (m := _EXPERT[direction].search(n))}
+    if not experts:
+        return RULES, 0
+    mixtral = any(".block_sparse_moe." in n for n in present) or (
+        direction is Direction.MCORE_TO_HF and not any(".shared_experts." in n for n in present)
+    )
+    dense = tuple(r for r in RULES if r.mcore not in _DENSE_MLP)
+    family = "mixtral" if mixtral else "qwen2_moe"
+    ordered = dense[:6] + MOE_RULES[family] + dense[6:]
+    return ordered, max(experts) + 1
+
+
 _LAYER = {
     Direction.HF_TO_MCORE: re.compile(r"^model\.layers\.(\d+)\."),
     Direction.MCORE_TO_HF: re.compile(r"^decoder\.layers\.(\d+)\."),
@@ -136,14 +222,15 @@ class Step:
     source: tuple[str, ...]
     rule: Rule
     layer: int | None
+    expert: int | None = None
 
     @property
     def mcore(self) -> str:
-        return self.rule.mcore.format(i=self.layer)
+        return self.rule.mcore.format(i=self.layer, e=self.expert)
 
     @property
     def hf(self) -> tuple[str, ...]:
-        return tuple(n.format(i=self.layer) for n in self.rule.hf)
+        return tuple(n.format(i=self.layer, e=self.expert) for n in self.rule.hf)
 
 
 def layer_indices(names: Iterable[str], direction: Direction) -> list[int]:
@@ -158,16 +245,20 @@ def plan(names: Iterable[str], direction: Direction, *, source: str) -> list[Ste
     consumed: set[str] = set()
     steps: list[Step] = []
     layers = layer_indices(present, direction)
-    ordered: list[tuple[Rule, int | None]] = [(r, None) for r in RULES[:1]]
-    ordered += [(r, i) for i in layers for r in RULES if r.per_layer]
-    ordered += [(r, None) for r in RULES[1:] if not r.per_layer]
-    for rule, layer in ordered:
-        mcore = (rule.mcore.format(i=layer),)
-        hf = tuple(n.format(i=layer) for n in rule.hf)
+    rules, experts = rules_for(present, direction)
+    ordered: list[tuple[Rule, int | None, int | None]] = [(r, None, None) for r in rules[:1]]
+    for i in layers:
+        for r in rules:
+            if r.per_layer:
+                ordered += [(r, i, e) for e in (range(experts) if r.per_expert else [None])]
+    ordered += [(r, None, None) for r in rules[1:] if not r.per_layer]
+    for rule, layer, expert in ordered:
+        mcore = (rule.mcore.format(i=layer, e=expert),)
+        hf = tuple(n.format(i=layer, e=expert) for n in rule.hf)
         src, dst = (hf, mcore) if direction is Direction.HF_TO_MCORE else (mcore, hf)
         have = [n for n in src if n in present]
         if len(have) == len(src):
-            steps.append(Step(target=dst, source=src, rule=rule, layer=layer))
+            steps.append(Step(target=dst, source=src, rule=rule, layer=layer, expert=expert))
             consumed.update(src)
         elif have:
             missing = ", ".join(n for n in src if n not in present)
@@ -181,8 +272,8 @@ def plan(names: Iterable[str], direction: Direction, *, source: str) -> list[Ste
     if leftover:
         more = f" and {len(leftover) - 1} more" if len(leftover) > 1 else ""
         raise CheckpointError(
-            f"{source}: tensor {leftover[0]}{more} has no counterpart in the dense Llama/Qwen2 "
-            f"{direction.value} mapping; nothing was written"
+            f"{source}: tensor {leftover[0]}{more} has no counterpart in the {direction.value} "
+            "mapping (Llama, Qwen2, Qwen2-MoE, Mixtral); nothing was written"
         )
     return steps
 
@@ -195,10 +286,11 @@ def translate(names: Iterable[str], direction: Direction) -> dict[str, str]:
     present = set(names)
     out: dict[str, str] = {}
     layers = layer_indices(present, direction)
-    for rule in RULES:
-        for layer in layers if rule.per_layer else [None]:
-            mcore = (rule.mcore.format(i=layer),)
-            hf = tuple(n.format(i=layer) for n in rule.hf)
+    rules, experts = rules_for(present, direction)
+    for rule in rules:
+        for layer, e in _positions(rule, layers, experts):
+            mcore = (rule.mcore.format(i=layer, e=e),)
+            hf = tuple(n.format(i=layer, e=e) for n in rule.hf)
             src, dst = (hf, mcore) if direction is Direction.HF_TO_MCORE else (mcore, hf)
             if all(n in present for n in src):
                 for target in dst:
@@ -213,15 +305,24 @@ def mcore_infos(hf: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
     """
     out: dict[str, TensorInfo] = {}
     layers = layer_indices(hf, Direction.HF_TO_MCORE)
-    for rule in RULES:
-        for layer in layers if rule.per_layer else [None]:
-            src = [hf.get(n.format(i=layer)) for n in rule.hf]
+    rules, experts = rules_for(hf, Direction.HF_TO_MCORE)
+    for rule in rules:
+        for layer, e in _positions(rule, layers, experts):
+            src = [hf.get(n.format(i=layer, e=e)) for n in rule.hf]
             if any(s is None for s in src):
                 continue
             infos = [s for s in src if s is not None]
             shape = infos[0].shape
             if rule.fuse is not Fuse.COPY and shape:
                 shape = (sum(i.shape[0] if i.shape else 0 for i in infos), *shape[1:])
-            name = rule.mcore.format(i=layer)
+            name = rule.mcore.format(i=layer, e=e)
             out[name] = TensorInfo(name, shape, infos[0].dtype, infos[0].file)
     return out
+
+
+def _positions(rule: Rule, layers: list[int], experts: int) -> list[tuple[int | None, int | None]]:
+    if not rule.per_layer:
+        return [(None, None)]
+    if rule.per_expert:
+        return [(i, e) for i in layers for e in range(experts)]
+    return [(i, None) for i in layers]

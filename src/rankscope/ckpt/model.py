@@ -107,6 +107,11 @@ class ModelDims:
     vocab: int
     tied_embeddings: bool
     qkv_bias: bool
+    experts: int = 0
+    """Routed experts per layer (Mixture-of-Experts); 0 for a dense MLP."""
+    moe_intermediate: int = 0
+    shared_intermediate: int = 0
+    """Qwen2-MoE's shared expert; 0 when there is none."""
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate"):

@@ -39,29 +39,37 @@ _CODE = {
 }
 
 
-def _unstacked(meta: DistMetadata) -> dict[str, tuple[str, int | None, TensorInfo]]:
-    """{per-layer name: (stacked key, layer or None, info)} in checkpoint order."""
-    out: dict[str, tuple[str, int | None, TensorInfo]] = {}
+_EXPERTS = re.compile(r"^decoder\.layers\.mlp\.experts\.experts\.(.+)$")
+
+Where = tuple[str, int | None, int | None, TensorInfo]
+"""(stacked key, layer, expert, per-layer info) of one unstacked name."""
+
+
+def _unstacked(meta: DistMetadata) -> dict[str, Where]:
+    """{per-layer (and per-expert) name: where it lives}, in checkpoint order."""
+    out: dict[str, Where] = {}
     for key, t in meta.tensors.items():
         dtype = _CODE.get(t.dtype, t.dtype.upper())
-        m = _STACKED.match(key)
-        if m and len(t.shape) >= 2:
+        file = t.chunks[0].file if t.chunks else ""
+        m, x = _STACKED.match(key), _EXPERTS.match(key)
+        if x and len(t.shape) >= 3:
+            for layer in range(t.shape[0]):
+                for e in range(t.shape[1]):
+                    name = f"decoder.layers.{layer}.mlp.experts.local_experts.{e}.{x.group(1)}"
+                    out[name] = (key, layer, e, TensorInfo(name, t.shape[2:], dtype, file))
+        elif m and len(t.shape) >= 2:
             for layer in range(t.shape[0]):
                 name = f"decoder.layers.{layer}.{m.group(1)}"
-                out[name] = (key, layer, TensorInfo(name, t.shape[1:], dtype, t.chunks[0].file))
+                out[name] = (key, layer, None, TensorInfo(name, t.shape[1:], dtype, file))
         else:
-            out[key] = (
-                key,
-                None,
-                TensorInfo(key, t.shape, dtype, t.chunks[0].file if t.chunks else ""),
-            )
+            out[key] = (key, None, None, TensorInfo(key, t.shape, dtype, file))
     return out
 
 
 def dist_manifest(folder: str) -> Manifest:
     """Every tensor (layers unstacked) from `.metadata` alone; `_extra_state` objects apart."""
     meta = read_dist_metadata(folder)
-    tensors = {n: info for n, (_, _, info) in _unstacked(meta).items()}
+    tensors = {n: w[3] for n, w in _unstacked(meta).items()}
     extra = [k for k in meta.objects if "_extra_state" in k]
     layers = {t.shape[0] for k, t in meta.tensors.items() if _STACKED.match(k) and t.shape}
     return Manifest(
@@ -84,11 +92,14 @@ class DistTensorSource(TensorSource):
     def __init__(self, folder: str) -> None:
         meta = read_dist_metadata(folder)
         self._where = _unstacked(meta)
-        super().__init__(folder, {n: w[2] for n, w in self._where.items()}, {})
+        super().__init__(folder, {n: w[3] for n, w in self._where.items()}, {})
         self._reader = DistReader(meta)
 
     def get(self, name: str) -> torch.Tensor:
-        key, layer, _ = self._where[name]
+        key, layer, expert, info = self._where[name]
+        if expert is not None and layer is not None:
+            zero = (0,) * len(info.shape)
+            return self._reader.region(key, (layer, expert, *zero), (1, 1, *info.shape))[0, 0]
         return self._reader.full(key) if layer is None else self._reader.layer(key, layer)
 
     def handle(self, name: str) -> Any:

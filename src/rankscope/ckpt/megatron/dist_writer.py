@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rankscope.ckpt.megatron.layout import DistEntry, extra_state_keys
 from rankscope.ckpt.megatron.pieces import chunk_from_hf
 from rankscope.ckpt.model import ModelDims
+from rankscope.errors import CheckpointError
 
 if TYPE_CHECKING:
     from rankscope.ckpt.sources import TensorSource
@@ -57,7 +58,7 @@ def write_torch_dist(
     from rankscope.ckpt.writer import DTYPE_OF_CODE
 
     torch_dtypes = {k: DTYPE_OF_CODE[v] for k, v in dtypes.items()}
-    items, total = _plan_items(layout, torch_dtypes, dims.num_layers)
+    items, total = _plan_items(layout, torch_dtypes, dims)
     by_key = {e.key: e for e in layout}
     done = [0]
 
@@ -70,6 +71,11 @@ def write_torch_dist(
             return buf
         sizes = tuple(item.tensor_data.chunk.sizes)
         tensor = chunk_from_hf(by_key[fqn], source, dims, offsets, sizes)
+        if tuple(tensor.shape) != sizes:
+            raise CheckpointError(
+                f"{source.path}: {fqn} chunk at {list(offsets)} is {list(tensor.shape)}, the "
+                f"config implies {list(sizes)}"
+            )
         if tensor.dtype != torch_dtypes[fqn]:
             raise ValueError(f"{fqn}: source dtype {tensor.dtype}, planned {torch_dtypes[fqn]}")
         done[0] += tensor.numel() * tensor.element_size()
@@ -81,7 +87,16 @@ def write_torch_dist(
     writer = dcp.FileSystemWriter(folder, single_file_per_rank=True, thread_count=1)
     with warnings.catch_warnings():  # "torch.distributed is disabled...": one process is meant
         warnings.simplefilter("ignore", UserWarning)
-        dcp.save({}, storage_writer=writer, planner=planner, no_dist=True)
+        try:
+            dcp.save({}, storage_writer=writer, planner=planner, no_dist=True)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # DCP wraps what the planner raised: find ours
+            for failure in getattr(exc, "failures", {}).values():
+                inner = getattr(failure, "exception", failure)
+                if isinstance(inner, CheckpointError):
+                    raise inner from None
+            raise
     with open(os.path.join(folder, "metadata.json"), "w", encoding="utf-8") as f:
         json.dump(METADATA_JSON, f)
     torch.save({}, os.path.join(folder, "common.pt"))
@@ -89,7 +104,7 @@ def write_torch_dist(
 
 
 def _plan_items(
-    layout: list[DistEntry], dtypes: dict[str, Any], layers: int
+    layout: list[DistEntry], dtypes: dict[str, Any], dims: ModelDims
 ) -> tuple[list[Any], int]:
     import torch
     from torch.distributed.checkpoint.metadata import (
@@ -116,7 +131,7 @@ def _plan_items(
                 )
             )
             total += size_of * int(torch.Size(sizes).numel())
-    for key in extra_state_keys(layers):
+    for key in extra_state_keys(dims):
         items.append(WriteItem(index=MetadataIndex(key), type=WriteItemType.BYTE_IO))
     return items, total
 

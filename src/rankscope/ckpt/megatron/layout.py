@@ -53,10 +53,15 @@ class DistEntry:
     def layered(self) -> bool:
         return self.rule.per_layer
 
+    @property
+    def per_expert(self) -> bool:
+        return self.rule.per_expert
+
 
 def stacked_key(rule: Rule) -> str:
-    """`decoder.layers.{i}.x` -> `decoder.layers.x` (the key Megatron's sharded state dict uses)."""
-    return rule.mcore.replace("{i}.", "")
+    """`decoder.layers.{i}.x` -> `decoder.layers.x` (the key Megatron's sharded state dict uses);
+    experts: `...mlp.experts.local_experts.{e}.x` -> `...mlp.experts.experts.x`."""
+    return rule.mcore.replace("{i}.", "").replace("local_experts.{e}.", "experts.")
 
 
 def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
@@ -72,20 +77,26 @@ def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
 def _rule_shape(rule: Rule, dims: ModelDims, vocab: int) -> tuple[int, ...]:
     h, hd = dims.hidden, dims.head_dim
     qkv = (dims.heads + 2 * dims.kv_heads) * hd
-    name = rule.mcore.rsplit(".", 2)
-    tail = ".".join(name[-2:])
+    moe, shared = dims.moe_intermediate, dims.shared_intermediate
+    name = rule.mcore.removeprefix("decoder.layers.{i}.")
     return {
-        "word_embeddings.weight": (vocab, h),
-        "linear_qkv.layer_norm_weight": (h,),
-        "linear_qkv.weight": (qkv, h),
-        "linear_qkv.bias": (qkv,),
-        "linear_proj.weight": (h, dims.heads * hd),
-        "linear_fc1.layer_norm_weight": (h,),
-        "linear_fc1.weight": (2 * dims.intermediate, h),
-        "linear_fc2.weight": (h, dims.intermediate),
-        "final_layernorm.weight": (h,),
+        "embedding.word_embeddings.weight": (vocab, h),
+        "self_attention.linear_qkv.layer_norm_weight": (h,),
+        "self_attention.linear_qkv.weight": (qkv, h),
+        "self_attention.linear_qkv.bias": (qkv,),
+        "self_attention.linear_proj.weight": (h, dims.heads * hd),
+        "mlp.linear_fc1.layer_norm_weight": (h,),
+        "mlp.linear_fc1.weight": (2 * dims.intermediate, h),
+        "mlp.linear_fc2.weight": (h, dims.intermediate),
+        "mlp.router.weight": (dims.experts, h),
+        "mlp.experts.local_experts.{e}.linear_fc1.weight": (2 * moe, h),
+        "mlp.experts.local_experts.{e}.linear_fc2.weight": (h, moe),
+        "mlp.shared_experts.linear_fc1.weight": (2 * shared, h),
+        "mlp.shared_experts.linear_fc2.weight": (h, shared),
+        "mlp.shared_experts.gate_weight": (1, h),
+        "decoder.final_layernorm.weight": (h,),
         "output_layer.weight": (vocab, h),
-    }[tail]
+    }[name]
 
 
 def _tp_chunks(shape: tuple[int, ...], split: TpSplit, tp: int) -> list[Chunk]:
@@ -113,20 +124,35 @@ def _tp_chunks(shape: tuple[int, ...], split: TpSplit, tp: int) -> list[Chunk]:
 
 
 def dist_layout(
-    dims: ModelDims, *, tp: int, vocab_divisible_by: int, with_bias: bool | None = None
+    dims: ModelDims,
+    *,
+    tp: int,
+    vocab_divisible_by: int,
+    with_bias: bool | None = None,
+    rules: tuple[Rule, ...] = RULES,
 ) -> list[DistEntry]:
     """Every tensor a GPTModel of `dims` saves, in Megatron's order, with per-rank chunks."""
     vocab = padded_vocab(dims.vocab, vocab_divisible_by, tp)
     bias = dims.qkv_bias if with_bias is None else with_bias
     out = []
-    for rule in RULES:
+    for rule in rules:
         if rule.mcore.endswith("linear_qkv.bias") and not bias:
             continue
         if rule.mcore == "output_layer.weight" and dims.tied_embeddings:
             continue
+        if ".shared_experts." in rule.mcore and not dims.shared_intermediate:
+            continue
         shape = _rule_shape(rule, dims, vocab)
         pieces = _tp_chunks(shape, rule.tp, tp)
-        if rule.per_layer:
+        if rule.per_expert:
+            chunks = tuple(
+                ((layer, e, *o), (1, 1, *s))
+                for layer, e, (o, s) in itertools.product(
+                    range(dims.num_layers), range(dims.experts), pieces
+                )
+            )
+            shape = (dims.num_layers, dims.experts, *shape)
+        elif rule.per_layer:
             chunks = tuple(
                 ((layer, *o), (1, *s))
                 for layer, (o, s) in itertools.product(range(dims.num_layers), pieces)
@@ -138,10 +164,26 @@ def dist_layout(
     return out
 
 
-def extra_state_keys(num_layers: int) -> list[str]:
-    """The `_extra_state` sharded objects Megatron's GPTModel saves (one per layer and linear)."""
+def extra_state_keys(dims: ModelDims) -> list[str]:
+    """The `_extra_state` sharded objects Megatron's GPTModel saves (one per layer and linear;
+    per layer and expert for routed experts: `shard_<layer>.<expert>_<layers>.<experts>`)."""
+    n = dims.num_layers
+    linears = list(EXTRA_STATE_LINEARS)
+    out = []
+    if dims.experts:
+        linears = linears[:2] + (
+            ["mlp.shared_experts.linear_fc1", "mlp.shared_experts.linear_fc2"]
+            if dims.shared_intermediate
+            else []
+        )
+        out = [
+            f"decoder.layers.mlp.experts.experts.{fc}._extra_state/shard_{i}.{e}_{n}.{dims.experts}"
+            for fc in ("linear_fc1", "linear_fc2")
+            for i in range(n)
+            for e in range(dims.experts)
+        ]
     return [
-        f"decoder.layers.{linear}._extra_state/shard_{layer}_{num_layers}"
-        for linear in EXTRA_STATE_LINEARS
-        for layer in range(num_layers)
-    ]
+        f"decoder.layers.{linear}._extra_state/shard_{layer}_{n}"
+        for linear in linears
+        for layer in range(n)
+    ] + out

@@ -54,9 +54,10 @@ def chunk_from_hf(
     import torch
 
     layer = offsets[0] if entry.layered else None
-    if entry.layered:
-        offsets, sizes = offsets[1:], sizes[1:]
-    names = [n.format(i=layer) for n in entry.rule.hf]
+    expert = offsets[1] if entry.per_expert else None
+    lead = int(entry.layered) + int(entry.per_expert)
+    offsets, sizes = offsets[lead:], sizes[lead:]
+    names = [n.format(i=layer, e=expert) for n in entry.rule.hf]
     r0, r1 = offsets[0], offsets[0] + sizes[0]
     cols = (offsets[1], offsets[1] + sizes[1]) if entry.rule.tp is TpSplit.ROW else None
     kind = entry.rule.fuse
@@ -70,14 +71,14 @@ def chunk_from_hf(
             if r0 < real:
                 out[: real - r0] = read_rows(source, names[0], r0, real, cols)
     elif kind is Fuse.GATE_UP:
-        half = dims.intermediate
+        half = source.infos[names[0]].shape[0]
         name, base = (names[0], 0) if r0 < half else (names[1], half)
         if r1 - base > half:
             raise ValueError(f"chunk rows {r0}-{r1} of {entry.key} straddle gate and up")
         out = read_rows(source, name, r0 - base, r1 - base)
     else:
         out = _qkv_rows(names, source, dims, r0, r1)
-    return out.reshape(sizes if not entry.layered else (1, *sizes)).contiguous()
+    return out.reshape((1,) * lead + tuple(sizes)).contiguous()
 
 
 def _qkv_rows(

@@ -48,7 +48,14 @@ def write_megatron(
     )
     if fmt == "legacy":
         return _write_legacy(folder, steps, source, dims, tp, pp, vocab_divisible_by)
-    layout = dist_layout(dims, tp=tp, vocab_divisible_by=vocab_divisible_by)
+    rules = tuple(dict.fromkeys(s.rule for s in steps))
+    dims = replace(
+        dims,
+        shared_intermediate=dims.shared_intermediate
+        if any(".shared_experts." in m for m in present)
+        else 0,
+    )
+    layout = dist_layout(dims, tp=tp, vocab_divisible_by=vocab_divisible_by, rules=rules)
     first = {s.rule.mcore.replace("{i}.", ""): s.source[0] for s in steps}
     dtypes = {
         e.key: str(source.infos[first[e.rule.mcore.replace("{i}.", "")]].dtype) for e in layout
