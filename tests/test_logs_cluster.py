@@ -1,0 +1,145 @@
+"""Logs, alerts and levels on the real cluster through the real CLI: 4 ranks (one on the second
+node) log; `rankscope logs` folds them with the numbers' spread, keeps a SIGKILL-ed rank's last
+line; an ERROR burst and a memory rule raise alerts naming the rank, POSTed to a local webhook;
+`rankscope level full --ranks 1 --for 2s` turns DEBUG capture on for rank 1 only, then off."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import ray
+
+from conftest import WORKER_NODE_RESOURCE
+from helpers import cluster_address, run_cli, wait_registered
+from workers import wait_until
+from workers_logs import LogRank
+
+LOSSES = (0.52, 0.31, 0.4, 0.45)
+
+
+@pytest.fixture(scope="module")
+def webhook():
+    received: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/hook", received
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ranks(cluster, webhook):
+    """Rank 1 alerts above 1% host memory (so surely) and posts to the webhook."""
+    url, _received = webhook
+    actor = ray.remote(num_cpus=0)(LogRank)
+    actors = [
+        actor.remote(0, 4),
+        actor.remote(1, 4, alert_threshold=0.01, webhook=url),
+        actor.remote(2, 4),
+        actor.options(resources={WORKER_NODE_RESOURCE: 1}).remote(3, 4),
+    ]
+    pids = ray.get([a.pid.remote() for a in actors], timeout=120)
+    wait_registered(pids, ranked=True)
+    job = ray.get(actors[0].job_id.remote())
+    ray.get([a.log_step.remote(loss) for a, loss in zip(actors, LOSSES, strict=True)])
+    yield actors, job
+    for a in actors:
+        ray.kill(a)
+
+
+def _cli(job: str, *args: str, env: dict[str, str] | None = None):
+    return run_cli(*args, "--address", cluster_address(), "--job", job, env=env)
+
+
+def test_logs_fold_ranks_with_the_spread_and_raw_shows_every_line(ranks):
+    _actors, job = ranks
+    folded = _cli(job, "logs", "--grep", "loss=|grad norm", env={"COLUMNS": "200"})
+    assert folded.returncode == 0, folded.stderr
+    assert "INFO    ranks 0-3: loss=0.310..0.520 (x4)" in folded.stdout, folded.stdout
+    assert "WARNING ranks 0-3: grad norm is large (x4)" in folded.stdout
+    raw = _cli(job, "logs", "--grep", "loss=", "--raw", "--json")
+    assert raw.returncode == 0, raw.stderr
+    (result,) = json.loads(raw.stdout)["data"]
+    assert sorted((ln["rank"], ln["message"]) for ln in result["lines"]) == [
+        (r, f"loss={v:.3f}") for r, v in enumerate(LOSSES)
+    ]
+    printed = _cli(job, "logs", "--ranks", "3", "--grep", "plain print", "--raw", "--json")
+    (result,) = json.loads(printed.stdout)["data"]
+    assert [(ln["rank"], ln["source"]) for ln in result["lines"]] == [(3, "stdout")]
+
+
+def test_error_burst_and_memory_alerts_name_the_rank_and_reach_the_webhook(ranks, webhook):
+    actors, job = ranks
+    _url, received = webhook
+    ray.get(actors[1].errors.remote(12))
+    rules = {"error_burst", "host_memory", "new_error"}
+    wait_until(lambda: rules <= {b["rule"] for b in received}, timeout=30, what="webhook alerts")
+    assert all(b["rank"] == 1 for b in received)
+
+    def listed():
+        result = _cli(job, "alerts", "--json")
+        alerts = [a for j in json.loads(result.stdout)["data"] for a in j["alerts"]]
+        return result, {a["rule"]: a for a in alerts if a["rank"] == 1}
+
+    wait_until(lambda: rules <= set(listed()[1]), timeout=30, what="alert events")
+    result, mine = listed()
+    assert result.returncode == 1  # active alerts are a finding
+    assert mine["error_burst"]["message"] == "rank 1: 12 ERROR records in 60 s"
+    assert mine["host_memory"]["message"].startswith("rank 1: host memory")
+    table = _cli(job, "alerts", env={"COLUMNS": "200"})
+    assert table.returncode == 1 and "rank 1: 12 ERROR records in 60 s" in table.stdout
+
+
+def test_level_full_on_one_rank_for_two_seconds(ranks):
+    actors, job = ranks
+    switched = _cli(job, "level", "full", "--ranks", "1", "--for", "2s", "--json")
+    assert switched.returncode == 0, switched.stderr
+    (row,) = json.loads(switched.stdout)["data"]
+    assert (row["rank"], row["state"]["level"], row["state"]["back_to"]) == (1, "full", "light")
+    levels = ray.get([a.debug_capture.remote("first") for a in actors])
+    assert levels == ["light", "full", "light", "light"]
+    logs = _cli(job, "logs", "--grep", "captured args", "--raw", "--json")
+    (result,) = json.loads(logs.stdout)["data"]
+    assert [(ln["rank"], ln["message"]) for ln in result["lines"]] == [
+        (1, "captured args of first")
+    ]
+    time.sleep(2.5)
+    assert ray.get([a.debug_capture.remote("second") for a in actors]) == ["light"] * 4
+    shown = _cli(job, "level", "--json")
+    assert {r["rank"]: r["state"]["level"] for r in json.loads(shown.stdout)["data"]} == {
+        0: "light",
+        1: "light",
+        2: "light",
+        3: "light",
+    }
+
+
+def test_a_sigkilled_ranks_last_line_is_in_the_logs(ranks):
+    actors, job = ranks
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actors[2].die.remote(), timeout=60)
+    result = _cli(job, "logs", "--ranks", "2", "--raw", "--json")
+    assert result.returncode == 0, result.stderr
+    (logs,) = json.loads(result.stdout)["data"]
+    assert logs["lines"][-1]["message"] == "about to die"
+
+
+def test_bad_input_is_one_line_exit_2(ranks):
+    _actors, job = ranks
+    for args in (("level", "loud"), ("logs", "--grep", "("), ("logs", "--since", "soon")):
+        result = _cli(job, *args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "error:" in result.stderr
