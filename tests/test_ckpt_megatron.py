@@ -206,7 +206,7 @@ def test_legacy_megatron_files_read_safely_with_stages_and_extra_state(hf, tmp_p
     info = inspect(out)
     assert info.kind is SourceKind.MCORE_LEGACY and info.tensor_parallel.tp_size == 2
     assert info.scheme.layer_count == 2 and info.scheme.last_layer == 1  # stage 1's layer 0
-    assert info.extra_state == 8 and any("argparse.Namespace" in n for n in info.notes)
+    assert info.extra_state == 10 and any("argparse.Namespace" in n for n in info.notes)
     assert any("2 pipeline stage(s), stages start at layers 0,1" in n for n in info.notes)
     result = diff(hf["qwen2"], out)
     assert not [e for e in result.explanations if e.kind is ExplanationKind.EXTRA]

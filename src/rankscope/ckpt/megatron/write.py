@@ -3,8 +3,10 @@
 `torch_dist` goes through `dist_writer` (one chunk in memory at a time). Legacy writes one
 `mp_rank_NN[_PPP]/model_optim_rng.pt` per tensor- and pipeline-parallel rank with
 `{"model": state_dict, "checkpoint_version": 3.0, "iteration": 0}`: the Transformer-Engine layer
-spec's names (`linear_qkv.layer_norm_weight`), layers numbered from 0 in each stage, an empty
-`_extra_state` per linear, the vocabulary padded; one rank's state dict is in memory at a time.
+spec's names (`linear_qkv.layer_norm_weight`; Megatron-LM's default), layers numbered from 0 in
+each stage, an empty `_extra_state` per TE module (linears, core attention), the vocabulary
+padded; one rank's state dict is in memory at a time. No `args`: Megatron-LM must be started
+with the model's arguments (not `--use-checkpoint-args`).
 
 Example: `write_megatron("torch_dist", tmp, steps, source, dims, tp=2, pp=1, ...)`.
 """
@@ -103,8 +105,8 @@ def _write_legacy(
                 name = step.mcore
                 if step.layer is not None:
                     name = step.rule.mcore.format(i=step.layer - first)
-                    for linear in EXTRA_STATE_LINEARS:
-                        state[f"decoder.layers.{step.layer - first}.{linear}._extra_state"] = None
+                    for module in (*EXTRA_STATE_LINEARS, "self_attention.core_attention"):
+                        state[f"decoder.layers.{step.layer - first}.{module}._extra_state"] = None
                 state[name] = split_tp(whole, step.rule.tp, tp)[rank].clone()
             sub = f"mp_rank_{rank:02d}" + (f"_{stage:03d}" if pp > 1 else "")
             os.makedirs(os.path.join(folder, sub))
