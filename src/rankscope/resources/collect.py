@@ -112,9 +112,10 @@ def read_demands(*, timeout: int = STATE_TIMEOUT_S) -> tuple[list[Demand], list[
             demands.append(_actor_demand(a))
         elif a.state == "ALIVE" and a.node_id:
             holders.append(_holder("actor", a.actor_id, a.class_name, a.node_id, a))
+    strategies = _group_strategies() if got["groups"] else {}
     for g in got["groups"]:
         if g.state in ("PENDING", "RESCHEDULING"):
-            demands.append(_group_demand(g))
+            demands.append(_group_demand(g, strategies.get(g.placement_group_id, "")))
         elif g.state == "CREATED":
             for i, b in enumerate(g.bundles or []):
                 if b.get("node_id"):
@@ -214,7 +215,18 @@ def _actor_demand(a: Any) -> Demand:
     )
 
 
-def _group_demand(g: Any) -> Demand:
+def _group_strategies() -> dict[str, str]:
+    """Each placement group's strategy, from the GCS (the state API's record leaves it out)."""
+    import ray
+
+    try:
+        table = ray.util.placement_group_table()
+    except Exception:
+        return {}
+    return {str(pg_id): str(g.get("strategy") or "") for pg_id, g in table.items()}
+
+
+def _group_demand(g: Any, strategy: str) -> Demand:
     bundles = tuple(_floats(b.get("unit_resources")) for b in g.bundles or [])
     selectors: dict[str, str] = {}
     for b in g.bundles or []:
@@ -225,7 +237,7 @@ def _group_demand(g: Any) -> Demand:
         g.name or "",
         g.state,
         bundles,
-        strategy=g.strategy if hasattr(g, "strategy") else "",
+        strategy=strategy,
         label_selector=selectors,
         job_id=g.creator_job_id or "",
     )

@@ -39,19 +39,14 @@ def render_pending(report: PendingReport) -> RenderableType:
     if not report.verdicts:
         parts.append(Text("nothing is pending", style="green"))
         return Group(*parts)
-    table = Table(title=f"{len(report.verdicts)} pending", title_justify="left")
-    for c in ("verdict", "kind", "name", "id", "why"):
-        table.add_column(c, overflow="fold")
+    parts.append(Text(f"{len(report.verdicts)} pending", style="bold"))
     for v in report.verdicts:
         d = v.demand
-        table.add_row(
-            Text(v.verdict.value, style=_STYLE[v.verdict]),
-            d.kind.value,
-            d.name or "-",
-            d.id[:12],
-            v.reason,
-        )
-    parts.append(table)
+        line = Text()
+        line.append(f"{v.verdict.value:<12}", style=_STYLE[v.verdict])
+        line.append(f" {d.kind.value} {_short(d.name) or '-'} ({d.id[:12]})")
+        parts.append(line)
+        parts.append(Text(f"    {v.reason}"))
     if report.infeasible:
         parts.append(
             Text(
@@ -83,6 +78,11 @@ def render_plan(plan: AllocationPlan) -> RenderableType:
     for g in plan.excluded_gpus:
         parts.append(Text(f"excluded: GPU {g.gpu_id} on {g.node_id[:8]}: {g.reason}", style="dim"))
     return Group(*parts)
+
+
+def _short(name: str) -> str:
+    """`Worker` for `main.<locals>.Worker` (a class defined inside a function)."""
+    return name.rsplit("<locals>.", 1)[-1]
 
 
 def _custom(key: str) -> bool:
