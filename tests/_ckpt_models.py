@@ -191,7 +191,26 @@ def megatron_check(hf: str, dst: str, padded_vocab: int) -> dict:
         "unexpected_keys": list(result.unexpected_keys),
         "mismatched": mismatched,
         "params": len(state),
+        # dense only: Megatron's router normalises top-k weights unlike Qwen2-MoE by default
+        "logits_diff": _logits_diff(model, hf, vocab)
+        if torch.cuda.is_available() and not experts
+        else None,
     }
+
+
+def _logits_diff(model: torch.nn.Module, hf: str, vocab: int) -> float:
+    """Megatron's logits against transformers' on one input (needs CUDA: GPTModel.forward puts
+    RoPE's table and the attention scores on the current CUDA device). Never run on the CPU-only
+    machines this suite was written on."""
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(hf).eval()
+    tokens = torch.tensor([[1, 5, 9, 77, 3]])
+    with torch.no_grad():
+        want = reference(tokens).logits
+        model = model.cuda().eval()
+        got = model(tokens.cuda(), torch.arange(5).cuda()[None], None)[..., :vocab].cpu()
+    return float((got - want).abs().max())
 
 
 def _moe_config(c: dict) -> dict:
