@@ -50,7 +50,14 @@ def verdict(sections: Iterable[Section], data: RunData) -> str:
             f"nothing recorded for job {data.job_id} yet: no events, no reports, no live "
             "processes (does the job call rankscope.init() or use the setup hook?)"
         )
-    return "no finding: no hang, no dead rank, no inconsistency, no memory verdict"
+    seen = "; ".join(
+        f"{s.title.lower()}: {s.summary}"
+        for s in by_key.values()
+        if s.key not in ("ranks", "events")
+    )
+    return "no finding: no hang, no dead rank, no inconsistency, no memory verdict" + (
+        f" ({seen})" if seen else ""
+    )
 
 
 def timeline(data: RunData) -> tuple[TimelineItem, ...]:

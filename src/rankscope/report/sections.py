@@ -40,7 +40,7 @@ def ranks_section(data: RunData, now: float) -> Section | None:
         [r for r in rows if r[5] == "alive"],
         "alive",
     )
-    live = "live snapshot" if data.processes else "as registered (the job is not live)"
+    live = "a live snapshot" if data.processes else "as registered; the job is not live"
     summary = f"{len(rows)} processes, {len(dead)} dead ({live})"
     return Section("ranks", "Ranks", findings, summary, (table,))
 
@@ -174,7 +174,11 @@ def debug_section(data: RunData, now: float) -> Section | None:
     )
     still = [r for r in rows if r[3] == "open"]
     findings = tuple(f"rank {r[0]} is paused at {r[1]}" for r in still[:8])
-    summary = f"{len(rows)} debug sessions, {len(still)} still open"
+    first = rows[0]
+    summary = (
+        f"{len(rows)} session(s), {len(still)} still open; first: rank {first[0]} paused at "
+        f"{first[1]} ({first[3]})"
+    )
     table = Table(("rank", "where", "why", "outcome"), rows)
     return Section("debug", "Debug sessions", findings, summary, (table,))
 
