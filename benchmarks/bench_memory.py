@@ -352,6 +352,28 @@ def print_watch(costs: dict[str, dict[str, float]], seconds: float, rounds: int)
     print(f"  load average at the end (1, 5, 15 min): {os.getloadavg()}")
 
 
+def leak_test_costs(snapshots: int, requests: int) -> dict[str, float]:
+    """CPU time of the probe's leak test per `memory` request, asked every 2 s of wall time
+    compressed to back-to-back calls: reused (10x its cost) against tested on every request.
+    Thread CPU time, not wall time: it holds on a loaded machine."""
+    import rankscope
+    import rankscope.memory.profiler as profiler_module
+
+    out = {}
+    with rankscope.MemoryProfiler(max_snapshots=snapshots) as profiler:
+        for i in range(snapshots):
+            profiler.take_snapshot(step=i)
+        for mode, factor in (("tested every request", 0.0), ("reused (now)", 10.0)):
+            profiler_module.SUSPECTS_COST_FACTOR = factor
+            profiler._last_leaks = None
+            started = time.thread_time()
+            for _ in range(requests):
+                profiler.leak_report(suspects=0, suspects_max_age_s=10.0)
+            out[mode] = (time.thread_time() - started) / requests * 1e3
+    profiler_module.SUSPECTS_COST_FACTOR = 10.0
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="steps per mode per round")
@@ -360,9 +382,17 @@ def main() -> None:
     parser.add_argument("--watch-seconds", type=float, default=20.0, help="per mode per round")
     parser.add_argument("--watch-rounds", type=int, default=3)
     parser.add_argument("--heap-objects", type=int, default=100_000)
+    parser.add_argument("--only-leak-test", action="store_true", help="only the leak test's cost")
+    parser.add_argument("--leak-snapshots", type=int, default=4096)
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     print(f"load average (1, 5, 15 min): {os.getloadavg()}")
+    if args.only_leak_test:
+        leak = leak_test_costs(args.leak_snapshots, 30)
+        print(f"leak test per `memory` request, {args.leak_snapshots} snapshots (CPU ms):")
+        for mode, ms in leak.items():
+            print(f"  {mode:<22} {ms:8.2f} ms")
+        return
     if args.only_watch:
         watch = watch_costs(args.watch_seconds, args.watch_rounds, args.heap_objects)
         print_watch(watch, args.watch_seconds, args.watch_rounds)
