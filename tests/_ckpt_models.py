@@ -152,29 +152,32 @@ def megatron_check(hf: str, dst: str, padded_vocab: int) -> dict:
         for name, want in pairs.items():
             if not torch.equal(state[name], want):
                 mismatched.append(name)
-    for i in range(c["num_hidden_layers"] if experts else 0):  # Qwen2-MoE
-        p, q = f"decoder.layers.{i}.mlp.", f"model.layers.{i}.mlp."
+    mixtral = c["model_type"] == "mixtral"
+    moe, (g, u, d) = (
+        ("block_sparse_moe.", ("w1", "w3", "w2"))
+        if mixtral
+        else ("mlp.", ("gate_proj", "up_proj", "down_proj"))
+    )
+    for i in range(c["num_hidden_layers"] if experts else 0):
+        p, q = f"decoder.layers.{i}.mlp.", f"model.layers.{i}.{moe}"
         pairs = {p + "router.weight": hf_state[q + "gate.weight"]}
         for e in range(experts):
-            pairs[p + f"experts.local_experts.{e}.linear_fc1.weight"] = torch.cat(
+            x, y = p + f"experts.local_experts.{e}.", q + f"experts.{e}."
+            pairs[x + "linear_fc1.weight"] = torch.cat(
+                [hf_state[y + f"{g}.weight"], hf_state[y + f"{u}.weight"]]
+            )
+            pairs[x + "linear_fc2.weight"] = hf_state[y + f"{d}.weight"]
+        if not mixtral:
+            pairs[p + "shared_experts.linear_fc1.weight"] = torch.cat(
                 [
-                    hf_state[q + f"experts.{e}.gate_proj.weight"],
-                    hf_state[q + f"experts.{e}.up_proj.weight"],
+                    hf_state[q + "shared_expert.gate_proj.weight"],
+                    hf_state[q + "shared_expert.up_proj.weight"],
                 ]
             )
-            pairs[p + f"experts.local_experts.{e}.linear_fc2.weight"] = hf_state[
-                q + f"experts.{e}.down_proj.weight"
+            pairs[p + "shared_experts.linear_fc2.weight"] = hf_state[
+                q + "shared_expert.down_proj.weight"
             ]
-        pairs[p + "shared_experts.linear_fc1.weight"] = torch.cat(
-            [
-                hf_state[q + "shared_expert.gate_proj.weight"],
-                hf_state[q + "shared_expert.up_proj.weight"],
-            ]
-        )
-        pairs[p + "shared_experts.linear_fc2.weight"] = hf_state[
-            q + "shared_expert.down_proj.weight"
-        ]
-        pairs[p + "shared_experts.gate_weight"] = hf_state[q + "shared_expert_gate.weight"]
+            pairs[p + "shared_experts.gate_weight"] = hf_state[q + "shared_expert_gate.weight"]
         mismatched += [name for name, want in pairs.items() if not torch.equal(state[name], want)]
     vocab = c["vocab_size"]
     emb = state["embedding.word_embeddings.weight"]
@@ -214,6 +217,12 @@ def _logits_diff(model: torch.nn.Module, hf: str, vocab: int) -> float:
 
 
 def _moe_config(c: dict) -> dict:
+    if c.get("num_local_experts"):  # Mixtral: no shared expert
+        return dict(
+            num_moe_experts=c["num_local_experts"],
+            moe_ffn_hidden_size=c["intermediate_size"],
+            moe_router_topk=c["num_experts_per_tok"],
+        )
     if not c.get("num_experts"):
         return {}
     return dict(

@@ -62,6 +62,8 @@ def test_megatron_core_reads_and_loads_what_we_write(hf, tmp_path):
     a = convert("hf-to-mcore", hf["llama"], llama, tp=2, vocab_divisible_by=48, verify=True)
     b = convert("hf-to-mcore", hf["qwen2"], qwen2, tp=1, verify=True)
     c = convert("hf-to-mcore", hf["qwen2_moe"], moe, tp=2, vocab_divisible_by=64, verify=True)
+    mixtral = str(tmp_path / "mixtral")
+    d = convert("hf-to-mcore", hf["mixtral"], mixtral, tp=2, verify=True)
     assert (a.padded_vocab, b.padded_vocab) == (192, 128)  # 128 -> next multiple of 48 * 2
     assert sorted(os.listdir(llama)) == [
         ".metadata", "__0_0.distcp", "common.pt", "config.json", "metadata.json"
@@ -71,6 +73,7 @@ def test_megatron_core_reads_and_loads_what_we_write(hf, tmp_path):
             [hf["llama"], llama, a.padded_vocab],
             [hf["qwen2"], qwen2, b.padded_vocab],
             [hf["qwen2_moe"], moe, c.padded_vocab],  # router, 4 experts, gated shared expert
+            [hf["mixtral"], mixtral, d.padded_vocab],  # router, 4 experts
         ]
     )
     for result in results:
