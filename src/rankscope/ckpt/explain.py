@@ -266,8 +266,8 @@ class _Explainer:
                 ExplanationKind.TENSOR_PARALLEL,
                 f"looks like one shard of tensor parallel size {n}: {len(keys)} tensors are "
                 f"the expected shape divided by {n} along {dims}",
-                "merge the shards (`rankscope ckpt convert mcore-to-hf --input DIR` reads "
-                f"mp_rank_NN/ folders), or load with tensor parallel size {n}",
+                "merge the shards (`rankscope ckpt convert mcore-to-hf DIR OUT` reads "
+                f"mp_rank_NN[_PPP]/ folders), or load with tensor parallel size {n}",
                 keys,
             )
         if vocab:
