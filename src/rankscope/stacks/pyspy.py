@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from typing import Any
 
 import ray
@@ -34,6 +35,7 @@ def dump_local(pid: int, timeout: float = PYSPY_TIMEOUT_S) -> tuple[ThreadStack,
     exe = pyspy_executable()
     if exe is None:
         raise RuntimeError("py-spy is not installed on this node (pip install py-spy)")
+    start = time.monotonic()
     try:
         proc = subprocess.run(
             [exe, "dump", "--pid", str(pid), "--json"],
@@ -41,6 +43,17 @@ def dump_local(pid: int, timeout: float = PYSPY_TIMEOUT_S) -> tuple[ThreadStack,
             text=True,
             timeout=timeout,
         )
+        if proc.returncode != 0:
+            # a stopped process (SIGSTOP, a debugger) cannot be suspended to be read: read it
+            # as it stands instead, which is consistent since it does not run
+            left = max(1.0, timeout - (time.monotonic() - start))
+            retry = subprocess.run(
+                [exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
+                capture_output=True,
+                text=True,
+                timeout=left,
+            )
+            proc = retry if retry.returncode == 0 else proc
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"py-spy dump --pid {pid} took over {timeout:.0f}s") from None
     if proc.returncode != 0:

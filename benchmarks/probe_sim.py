@@ -1,0 +1,368 @@
+"""A probe simulator: many simulated probes in one process, against the REAL hub (issue 20).
+
+Each simulated probe speaks the real protocol through the real hub actor, as `runtime/probe.py`
+does: `register`, then a loop of `poll` (the heartbeat and long poll: progress, the summaries a
+real probe sends with every heartbeat, the events it batched), and a `reply` to every command
+the poll hands back. `stacks`, `children` and `collectives` are answered with payloads shaped and
+sized like a real training rank's (a main thread in all_reduce plus helper threads; a 2,000-call
+collective ring buffer); any other command gets the real probe's "unknown command" error. A few
+ranks are "odd" (stuck in the data loader instead of all_reduce) so `stacks`/`hang` have
+something to single out.
+
+The probes are asyncio tasks sharing one Ray driver; the hub sees them as processes of this
+simulator (pid, node), so its liveness check finds them alive while the simulator runs. Several
+simulators (`--start-rank`) make one job of up to thousands of ranks.
+
+Run: python benchmarks/probe_sim.py --address HOST:PORT --job sim --probes 1024 \\
+        --start-rank 0 --world 4096 --duration 60 --out stats.json
+It prints `registered N` once every probe is registered, and writes its statistics (each
+heartbeat's completion time and its lateness beyond the long poll's wait, commands answered) to
+`--out` when it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pickle
+import random
+import sys
+import time
+from typing import Any
+
+from rankscope._version import __version__
+from rankscope.context import RankContext
+from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+from rankscope.runtime.protocol import (
+    Command,
+    CommandResult,
+    Event,
+    PollRequest,
+    ProbeInfo,
+    Progress,
+)
+from rankscope.stacks.model import Frame, ThreadStack
+
+GROUP = "10.0.0.1:29500"
+"""The rendezvous every simulated rank shares (one group of ranks)."""
+SUMMARY_RECORDS = 16
+"""As `hang.evidence.SUMMARY_RECORDS`: collective records sent with every heartbeat."""
+RING_RECORDS = 2000
+"""As `hang.recorder.DEFAULT_CAPACITY`: the ring buffer a `collectives` command returns."""
+ODD_EVERY = 997
+"""One rank in this many is odd (in the data loader, not all_reduce)."""
+
+SITE = "/opt/venv/lib/python3.11/site-packages"
+STDLIB = "/usr/lib/python3.11"
+
+
+def _frame(function: str, filename: str, lineno: int) -> Frame:
+    library = filename.startswith((SITE, STDLIB))
+    return Frame(function, filename, lineno, library)
+
+
+def _ray_task_frames() -> list[Frame]:
+    ray = f"{SITE}/ray/_private"
+    return [
+        _frame("actor_method_executor", f"{ray}/function_manager.py", 726),
+        _frame("_resume_span", f"{SITE}/ray/util/tracing/tracing_helper.py", 467),
+        _frame("main_loop", f"{ray}/worker.py", 946),
+        _frame("<module>", f"{ray}/workers/default_worker.py", 297),
+    ]
+
+
+def main_thread(odd: bool) -> ThreadStack:
+    """A training rank's main thread: in all_reduce (or, odd, in the data loader)."""
+    user = "/home/user/project/train.py"
+    if odd:
+        inner = [
+            _frame("_recv", f"{STDLIB}/multiprocessing/connection.py", 379),
+            _frame("recv", f"{STDLIB}/multiprocessing/connection.py", 250),
+            _frame("_get_data", f"{SITE}/torch/utils/data/dataloader.py", 1295),
+            _frame("_next_data", f"{SITE}/torch/utils/data/dataloader.py", 1459),
+            _frame("__next__", f"{SITE}/torch/utils/data/dataloader.py", 701),
+            _frame("next_batch", "/home/user/project/data.py", 41),
+        ]
+    else:
+        inner = [
+            _frame("all_reduce", f"{SITE}/torch/distributed/distributed_c10d.py", 2801),
+            _frame("wrapper", f"{SITE}/torch/distributed/c10d_logger.py", 81),
+            _frame("_reduce_grads", f"{SITE}/torch/nn/parallel/distributed.py", 1381),
+            _frame("backward", f"{SITE}/torch/autograd/__init__.py", 347),
+            _frame("backward", f"{SITE}/torch/_tensor.py", 648),
+        ]
+    frames = [
+        *inner,
+        _frame("train_step", user, 88),
+        _frame("fit", user, 140),
+        _frame("train", "/home/user/project/worker.py", 57),
+        *_ray_task_frames(),
+    ]
+    return ThreadStack("MainThread", 140000000000001, True, tuple(frames))
+
+
+def helper_threads() -> tuple[ThreadStack, ...]:
+    """The idle threads a training process has: pin-memory, a checkpoint pool, Ray's loops."""
+    wait = [
+        _frame("wait", f"{STDLIB}/threading.py", 327),
+        _frame("get", f"{STDLIB}/queue.py", 180),
+    ]
+    run = [
+        _frame("run", f"{STDLIB}/threading.py", 982),
+        _frame("_bootstrap_inner", f"{STDLIB}/threading.py", 1045),
+        _frame("_bootstrap", f"{STDLIB}/threading.py", 1002),
+    ]
+    pin = [_frame("_pin_memory_loop", f"{SITE}/torch/utils/data/_utils/pin_memory.py", 53)]
+    pool = [_frame("_worker", f"{STDLIB}/concurrent/futures/thread.py", 81)]
+    return (
+        ThreadStack("Thread-1 (_pin_memory_loop)", 140000000000002, False, (*wait, *pin, *run)),
+        ThreadStack("ThreadPoolExecutor-0_0", 140000000000003, False, (*wait, *pool, *run)),
+        ThreadStack("ray_listen_error_messages", 140000000000004, False, (*wait, *run)),
+    )
+
+
+def stacks_payload(rank: int) -> tuple[ThreadStack, ...]:
+    """What the `stacks` command returns: every Python thread, innermost frame first."""
+    return (main_thread(rank % ODD_EVERY == ODD_EVERY - 1), *helper_threads())
+
+
+def collective_records(rank: int, count: int, now: float) -> tuple[CollectiveRecord, ...]:
+    """The last `count` collectives of a data-parallel rank: gradient all_reduces, a
+    broadcast now and then; the newest one still running (it waits for the others)."""
+    out = []
+    first = max(1, 10_000 - count + 1)
+    for i, seq in enumerate(range(first, first + count)):
+        last = i == count - 1
+        op = "broadcast" if seq % 50 == 0 else "all_reduce"
+        start = now - (count - i) * 0.05
+        out.append(
+            CollectiveRecord(
+                group="0",
+                seq=seq,
+                op=op,
+                shapes=((4096, 4096),) if op == "all_reduce" else ((1024,),),
+                dtypes=("float32",),
+                start=start,
+                end=None if last else start + 0.01,
+                state=CallState.STARTED if last else CallState.COMPLETED,
+                caller="/home/user/project/train.py:88",
+            )
+        )
+    return tuple(out)
+
+
+def recorder_snapshot(rank: int, world: int, count: int, now: float) -> RecorderSnapshot:
+    """As the recorder's `snapshot()`: its records, and the groups seen with ALL their ranks
+    (the default group of a data-parallel job holds every rank of the world)."""
+    return RecorderSnapshot(
+        records=collective_records(rank, count, now),
+        groups={"0": tuple(range(world))},
+        dropped=max(0, 10_000 - RING_RECORDS),
+        recording=True,
+    )
+
+
+def summaries(rank: int, world: int, now: float) -> dict[str, Any]:
+    """What a real probe sends with every heartbeat (`hang.evidence`'s two summaries)."""
+    odd = rank % ODD_EVERY == ODD_EVERY - 1
+    where = "next_batch data.py:41" if odd else "all_reduce <- train_step train.py:88"
+    return {
+        "collectives": recorder_snapshot(rank, world, SUMMARY_RECORDS, now),
+        "where": where,
+    }
+
+
+def heartbeat_bytes(world: int) -> int:
+    """The pickled size of one heartbeat (a PollRequest) of a rank in a world of `world`."""
+    progress = Progress(step=1000, last_progress=time.time())
+    request = PollRequest("1234-abcdefabcdef", progress, (), 0, summaries(1, world, time.time()))
+    return len(pickle.dumps(request))
+
+
+class SimProbe:
+    """One simulated probe: registers, heartbeats, answers commands."""
+
+    def __init__(self, sim: Simulator, rank: int) -> None:
+        self.sim = sim
+        self.rank = rank
+        self.probe_id = f"{os.getpid()}-sim{rank:06d}"
+        self.step = 0
+        self._answers: dict[str, CommandResult] = {}
+
+    def _cached(self, kind: str, build: Any) -> CommandResult:
+        if kind not in self._answers:
+            self._answers[kind] = CommandResult(self.probe_id, True, payload=build())
+        return self._answers[kind]
+
+    def info(self) -> ProbeInfo:
+        s = self.sim
+        context = RankContext(
+            rank=self.rank,
+            local_rank=self.rank % 8,
+            world_size=s.world,
+            node_id=s.node_id,
+            node_ip=s.node_ip,
+            hostname=f"sim-node-{self.rank // 8:04d}",
+            pid=os.getpid(),
+            job_id=s.job_id,
+            actor_id=None,
+            actor_class="SimWorker",
+            task_id=None,
+            rank_source="explicit",
+            group=GROUP,
+        )
+        return ProbeInfo(self.probe_id, context, __version__, s.create_time)
+
+    def progress(self) -> Progress:
+        return Progress(step=self.step, last_progress=time.time())
+
+    async def run(self) -> None:
+        s = self.sim
+        await asyncio.sleep(random.random() * s.interval)  # real probes start spread out
+        await s.hub.register.remote(self.info(), self.progress())
+        s.registered += 1
+        while not s.stopping:
+            self.step += 1
+            events: tuple[Event, ...] = ()
+            if s.event_every and self.step % s.event_every == 0:
+                events = (Event("sim.tick", time.time(), {"rank": self.rank, "step": self.step}),)
+            now = time.time()
+            request = PollRequest(
+                self.probe_id, self.progress(), events, 0, summaries(self.rank, s.world, now)
+            )
+            sent = time.time()
+            try:
+                reply = await s.hub.poll.remote(request, s.interval)
+            except Exception as exc:  # the hub restarted or is gone: back off, register again
+                s.errors += 1
+                s.last_error = f"{type(exc).__name__}: {exc}"[:200]
+                await asyncio.sleep(s.interval)
+                await self._register_again()
+                continue
+            done = time.time()
+            s.beats.append((round(done, 4), round(done - sent, 4), len(reply.commands)))
+            if not reply.known:
+                await self._register_again()
+                continue
+            for command in reply.commands:
+                s.hub.reply.remote(self.answer(command), command.id)
+                s.answered += 1
+
+    async def _register_again(self) -> None:
+        try:
+            await self.sim.hub.register.remote(self.info(), self.progress())
+            self.sim.reregistered += 1
+        except Exception:
+            self.sim.errors += 1
+
+    def answer(self, command: Command) -> CommandResult:
+        """As `Probe.run_command` with the real handlers' payload shapes. Built once per rank
+        and kept: one simulator answers for many ranks on one core, a real rank for itself."""
+        if command.kind == "stacks":
+            return self._cached("stacks", lambda: stacks_payload(self.rank))
+        if command.kind == "children":
+            return CommandResult(self.probe_id, True, payload=())
+        if command.kind == "collectives":
+            ring, world = self.sim.ring, self.sim.world
+            return self._cached(
+                "collectives", lambda: recorder_snapshot(self.rank, world, ring, time.time())
+            )
+        return CommandResult(self.probe_id, False, error=f"unknown command {command.kind}")
+
+
+class Simulator:
+    """`probes` simulated probes of ranks start_rank.. in one job, in this process."""
+
+    def __init__(self, hub: Any, args: argparse.Namespace) -> None:
+        import psutil
+        import ray
+
+        self.hub = hub
+        self.job_id = args.job
+        self.world = args.world or args.start_rank + args.probes
+        self.interval = args.interval
+        self.event_every = args.event_every
+        self.ring = args.ring
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.node_ip = ray.util.get_node_ip_address()
+        self.create_time = float(psutil.Process().create_time())
+        self.probes = [
+            SimProbe(self, r) for r in range(args.start_rank, args.start_rank + args.probes)
+        ]
+        self.registered = self.reregistered = self.answered = self.errors = 0
+        self.last_error = ""
+        self.stopping = False
+        self.beats: list[tuple[float, float, int]] = []
+        """(completion time, seconds past the long poll's wait, commands) per heartbeat."""
+
+    async def run(self, duration: float) -> None:
+        import signal
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.stop)
+        tasks = [asyncio.ensure_future(p.run()) for p in self.probes]
+        deadline = time.time() + duration
+        while self.registered < len(self.probes) and time.time() < deadline:
+            await asyncio.sleep(0.2)
+        print(f"registered {self.registered}", flush=True)
+        while not self.stopping and time.time() < deadline:
+            await asyncio.sleep(0.2)
+        self.stopping = True
+        await asyncio.wait(tasks, timeout=self.interval + 5.0)
+
+    def stop(self) -> None:
+        """SIGTERM: stop heartbeating; the statistics are written on the way out."""
+        self.stopping = True
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "probes": len(self.probes),
+            "registered": self.registered,
+            "reregistered": self.reregistered,
+            "answered": self.answered,
+            "errors": self.errors,
+            "last_error": self.last_error,
+            "interval": self.interval,
+            "beats": [(t, max(0.0, round(d - self.interval, 4)), c) for t, d, c in self.beats],
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--job", default="sim")
+    parser.add_argument("--probes", type=int, default=64)
+    parser.add_argument("--start-rank", type=int, default=0)
+    parser.add_argument("--world", type=int, default=0, help="ranks in the job (default: ours)")
+    parser.add_argument("--interval", type=float, default=1.0, help="heartbeat (long poll) s")
+    parser.add_argument(
+        "--ring", type=int, default=RING_RECORDS, help="records a `collectives` reply holds"
+    )
+    parser.add_argument("--event-every", type=int, default=0, help="an event every N beats")
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args(argv)
+
+    import logging
+
+    import ray
+
+    from rankscope.config import Config
+    from rankscope.runtime.hub import get_or_create_hub
+
+    ray.init(address=args.address, logging_level=logging.ERROR, log_to_driver=False)
+    hub = get_or_create_hub(Config.from_env())
+    sim = Simulator(hub, args)
+    try:
+        asyncio.run(sim.run(args.duration))
+    finally:
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as f:
+                json.dump(sim.stats(), f)
+        ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
