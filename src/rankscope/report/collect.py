@@ -1,20 +1,18 @@
 """Gathering one job's data for its report: the run directory, and the hub when it is live.
 
 A run directory is `<run_dir>/<job>/` (events.jsonl and the JSON reports features wrote) or
-the `<run_dir>` above it. Without a path, the hub says where its run directory is; when that
-path is not on this machine (the CLI runs elsewhere than the head node), the events come
-through the hub and the page says which files it could not read.
+the `<run_dir>` above it. Without a path, the events and reports come through the hub, which
+reads them on its node (the CLI may run on another machine), with a live snapshot of the job.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from rankscope.errors import UserError
 from rankscope.report.model import RunData
-from rankscope.runtime.run_dir import tail_events
+from rankscope.runtime.run_dir import read_reports, tail_events
 from rankscope.serialize import plain
 
 EVENT_LIMIT = 20_000
@@ -23,10 +21,6 @@ EVERY_KIND = [""]
 """Events read at most (the newest): enough for a run's story, bounded for huge runs."""
 HANG_MIN_WAIT_S = 5.0
 """As `rankscope hang`'s default: a shorter wait in a collective is not yet a hang."""
-MAX_ARTIFACTS = 20
-"""JSON reports read at most (the newest)."""
-ARTIFACT_BYTES = 32 << 20
-"""A JSON report bigger than this is skipped (named in the page's notes)."""
 
 
 def collect_run(
@@ -39,8 +33,8 @@ def collect_run(
             return RunData(job_id=job or "?", source=os.path.abspath(path))
         run_dir, job_id = os.path.split(job_dir)
         events = tuple(tail_events(run_dir, job_id, EVERY_KIND, EVENT_LIMIT))
-        artifacts, notes = read_artifacts(job_dir)
-        return RunData(job_id, os.path.abspath(job_dir), events, artifacts, notes=notes)
+        artifacts, skipped = read_reports(run_dir, job_id)
+        return RunData(job_id, os.path.abspath(job_dir), events, artifacts, notes=tuple(skipped))
     return _from_hub(address, job, live=live)
 
 
@@ -70,25 +64,6 @@ def find_job_dir(path: str, job: str | None) -> str | None:
     return None
 
 
-def read_artifacts(job_dir: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The newest JSON reports of a job directory, parsed; what could not be read, as notes."""
-    names = [n for n in os.listdir(job_dir) if n.endswith(".json")]
-    names.sort(key=lambda n: os.path.getmtime(os.path.join(job_dir, n)))
-    artifacts: dict[str, Any] = {}
-    notes: list[str] = []
-    for name in names[-MAX_ARTIFACTS:]:
-        full = os.path.join(job_dir, name)
-        if os.path.getsize(full) > ARTIFACT_BYTES:
-            notes.append(f"{name}: larger than {ARTIFACT_BYTES >> 20} MiB, not read")
-            continue
-        try:
-            with open(full, encoding="utf-8") as f:
-                artifacts[name] = json.load(f)
-        except (OSError, ValueError) as exc:
-            notes.append(f"{name}: unreadable ({type(exc).__name__}), skipped")
-    return artifacts, tuple(notes)
-
-
 def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
     from rankscope.hang.collect import hang_reports
     from rankscope.runtime.client import HubClient
@@ -98,17 +73,8 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
     client = HubClient.attach(address)
     job_id = next(iter(client.jobs(job)))
     events = tuple(client.events(job_id, EVERY_KIND, EVENT_LIMIT))
-    run_dir = client.info().run_dir
-    job_dir = os.path.join(run_dir, job_id)
-    artifacts: dict[str, Any] = {}
-    notes: tuple[str, ...] = ()
-    if os.path.isdir(job_dir):
-        artifacts, notes = read_artifacts(job_dir)
-    else:
-        notes = (
-            f"the run directory {job_dir} is on the hub's node, not here: its reports are "
-            "left out (run `rankscope report` there for them)",
-        )
+    artifacts, skipped = client.reports(job_id)  # read on the hub's node, wherever that is
+    job_dir = os.path.join(client.info().run_dir, job_id)
     [status] = job_statuses(address, job_id)
     processes = tuple(plain(p) for p in status.processes)
     alive = any(p.get("state") != "dead" for p in processes)
@@ -127,7 +93,7 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
         first_death=status.first_death,
         hang=hang,
         stacks=stacks,
-        notes=notes,
+        notes=tuple(skipped),
     )
 
 

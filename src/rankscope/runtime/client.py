@@ -154,6 +154,11 @@ class HubClient:
     ) -> list[dict[str, Any]]:
         return self._get(self.handle.read_events.remote(job_id, kinds, limit))
 
+    def reports(self, job_id: str) -> tuple[dict[str, Any], list[str]]:
+        """The job's JSON reports from the run directory, read on the hub's node."""
+        found: tuple[dict[str, Any], list[str]] = self._get(self.handle.read_reports.remote(job_id))
+        return found
+
     def info(self) -> HubInfo:
         return self._get(self.handle.info.remote())
 

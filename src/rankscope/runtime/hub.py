@@ -40,7 +40,13 @@ from rankscope.runtime.protocol import (
     Progress,
 )
 from rankscope.runtime.registry import ProbeRecord, Registry
-from rankscope.runtime.run_dir import EventSink, choose_run_dir, tail_events, write_atomically
+from rankscope.runtime.run_dir import (
+    EventSink,
+    choose_run_dir,
+    read_reports,
+    tail_events,
+    write_atomically,
+)
 
 
 class Hub:
@@ -137,6 +143,10 @@ class Hub:
     ) -> list[dict[str, Any]]:
         """The job's last `limit` events (of `kinds`, by prefix, when given), oldest first."""
         return await asyncio.to_thread(tail_events, self._run_dir, job_id, kinds, limit)
+
+    async def read_reports(self, job_id: str) -> tuple[dict[str, Any], list[str]]:
+        """The job's JSON reports in the run directory (see `run_dir.read_reports`)."""
+        return await asyncio.to_thread(read_reports, self._run_dir, job_id)
 
     async def list_probes(self, job_id: str | None = None) -> list[ProbeStatus]:
         return [r.status() for r in self._registry.records(job_id)]

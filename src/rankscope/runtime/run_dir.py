@@ -37,6 +37,7 @@ __all__ = [
     "append_events",
     "choose_run_dir",
     "private_dir",
+    "read_reports",
     "tail_events",
     "write_atomically",
 ]
@@ -195,3 +196,33 @@ def write_atomically(run_dir: str, job_id: str, name: str, text: str) -> str:
             os.unlink(tmp)  # no half-written temporary left behind on a full disk
         raise
     return path
+
+
+REPORTS_READ = 20
+"""JSON reports read back at most (the newest)."""
+REPORT_BYTES = 32 << 20
+"""A JSON report bigger than this is not read back (named instead)."""
+
+
+def read_reports(run_dir: str, job_id: str) -> tuple[dict[str, Any], list[str]]:
+    """The newest JSON reports of a job (`hang-report-*.json`, `memory-profile-*.json`, ...),
+    parsed, by file name; and what could not be read, one line each."""
+    job_dir = os.path.join(run_dir, job_id or "no-job")
+    try:
+        names = [n for n in os.listdir(job_dir) if n.endswith(".json")]
+    except OSError:
+        return {}, []
+    names.sort(key=lambda n: os.path.getmtime(os.path.join(job_dir, n)))
+    reports: dict[str, Any] = {}
+    skipped: list[str] = []
+    for name in names[-REPORTS_READ:]:
+        path = os.path.join(job_dir, name)
+        try:
+            if os.path.getsize(path) > REPORT_BYTES:
+                skipped.append(f"{name}: larger than {REPORT_BYTES >> 20} MiB, not read")
+                continue
+            with open(path, encoding="utf-8") as f:
+                reports[name] = json.load(f)
+        except (OSError, ValueError) as exc:
+            skipped.append(f"{name}: unreadable ({type(exc).__name__}), skipped")
+    return reports, skipped

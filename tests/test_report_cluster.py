@@ -1,0 +1,59 @@
+"""`rankscope report` through the hub of a live cluster: the registry, the events and the run
+directory's reports read on the hub's node, and a live snapshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import ray
+from typer.testing import CliRunner
+
+import rankscope.cli.main as cli
+from helpers import probes_by_pid, wait_registered
+from rankscope.runtime.client import HubClient
+from rankscope.runtime.protocol import ProbeState
+from workers import GlooRank, wait_until
+
+
+def test_report_through_the_hub_names_the_dead_rank_and_reads_the_runs_reports(cluster, tmp_path):
+    actor = ray.remote(num_cpus=0)(GlooRank)
+    survivor, victim = (actor.remote(r, 42, explicit_rank=True) for r in (40, 41))
+    pids = ray.get([survivor.pid.remote(), victim.pid.remote()])
+    wait_registered(pids)
+    ray.get(survivor.note.remote("checkpoint 7 saved"))
+    os.kill(pids[1], signal.SIGKILL)
+    wait_until(
+        lambda: probes_by_pid([pids[1]])[pids[1]].state == ProbeState.DEAD,
+        timeout=20,
+        what="the hub to mark rank 41 dead",
+    )
+    job = ray.get_runtime_context().get_job_id()
+    leak = {"metric": "rss", "leak": True, "reason": "grows 4.0 MiB/step"}
+    profile = {
+        "data": {
+            "memory": {"ranks": [{"pid": pids[0], "label": "rank 40"}]},
+            "replies": [
+                {"snapshot": {"pid": pids[0], "rss": 1 << 30, "time": 1.0}, "leaks": [leak]}
+            ],
+        }
+    }  # as `diagnose --mode memory_profile` writes it, through the hub into the run directory
+    HubClient.attach().write_artifact(job, "memory-profile-test.json", json.dumps(profile))
+    page = tmp_path / "page.html"
+    try:
+        wait_until(
+            lambda: any(
+                "checkpoint 7 saved" in str(e) for e in HubClient.attach().events(job, ["test."])
+            ),
+            what="the note in the run directory",
+        )
+        result = CliRunner().invoke(cli.app, ["report", "--job", job, "-o", str(page)])
+    finally:
+        ray.kill(survivor)
+    assert result.exit_code == 1, result.output  # findings
+    html = page.read_text()
+    assert "rank 41 is dead: Ray: worker died" in html  # the live registry and Ray's cause
+    assert "rank 40: rss leaks: grows 4.0 MiB/step" in html  # a report read on the hub's node
+    assert "checkpoint 7 saved" in html  # an event, on the timeline
+    assert 'id="section-stacks"' in html  # the live snapshot
