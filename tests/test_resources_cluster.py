@@ -53,11 +53,34 @@ def _verdict(seen: dict, name: str) -> dict:
     raise AssertionError(f"{name} is not pending: {[v['demand']['name'] for v in verdicts]}")
 
 
+def test_why_pending_without_the_dashboard_is_one_line_exit_2(cluster):
+    """The session cluster runs without the dashboard (and beside this file's own cluster)."""
+    env = {**os.environ, "RAY_ADDRESS": cluster.address}
+    done = subprocess.run(
+        [sys.executable, "-m", "rankscope.cli.main", "why-pending"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("rankscope: error: Ray's state API does not answer")
+    assert "--include-dashboard=true" in line
+
+
 def test_plan_on_the_live_cluster_places_three_on_gpus_and_one_on_cpu(seen):
     placements = seen["plan"]["placements"]
     assert [p["device"] for p in placements] == ["GPU", "GPU", "GPU", "CPU"]
     assert placements[0]["node_id"] == placements[1]["node_id"] == seen["nodes"]["gpu_highmem"]
     assert "cpu_backup" in placements[3]["reason"]
+
+
+def test_allocate_places_each_bundle_on_its_planned_node(seen):
+    planned, placed = seen["allocated"]["planned"], seen["allocated"]["placed"]
+    assert planned == placed
+    assert planned.count(seen["nodes"]["gpu_highmem"]) == 2
 
 
 def test_an_actor_asking_three_gpus_is_infeasible_with_the_shortfall(seen):
@@ -171,6 +194,16 @@ def main(out: Path) -> None:
             min_gpu_memory=4, preferred_node_type="gpu_highmem", fallback_strategy="cpu_backup"
         )
         seen["plan"] = plain(alloc.plan(4, gpus_per_worker=1, cpus_per_worker=0.5))
+        # allocate(): a ready group, each bundle on the node the plan chose
+        exact = SmartResourceAllocator(preferred_node_type="gpu_highmem")
+        planned = exact.plan(3, gpus_per_worker=1, cpus_per_worker=0)
+        pg = exact.allocate(3, gpus_per_worker=1, cpus_per_worker=0, timeout_s=60)
+        placed = ray.util.placement_group_table(pg)["bundles_to_node_id"]
+        seen["allocated"] = {
+            "planned": [p.node_id for p in planned.placements],
+            "placed": [placed[i] for i in range(3)],
+        }
+        ray.util.remove_placement_group(pg)
 
         @ray.remote(num_cpus=0)
         class GpuHolder:
