@@ -99,3 +99,19 @@ def test_bad_runtime_env_file_is_one_line_and_exit_2(tmp_path):
     assert result.exit_code == 2
     assert "must be a mapping" in result.output and len(result.output.strip().splitlines()) == 1
     assert os.path.exists(bad)
+
+
+def test_runtime_env_checks_in_the_jobs_environment(cluster, tmp_path):
+    """The job's runtime_env sets an interface no node has: only a check run in it sees that."""
+    env = tmp_path / "runtime_env.yaml"
+    env.write_text("env_vars:\n  NCCL_SOCKET_IFNAME: =rs-missing0\n")
+    code, data = _doctor("--runtime-env", str(env))
+    assert code == 1
+    nccl = _checks(data)["nccl/gloo env"]
+    assert nccl["status"] == "fail"
+    for node in data["nodes"]:
+        assert (
+            f"NCCL_SOCKET_IFNAME==rs-missing0 matches no interface on {node['label']}"
+            in (nccl["summary"])
+        )
+    assert data["cluster"]["runtime_env"] == str(env)

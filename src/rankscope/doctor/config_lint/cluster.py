@@ -17,6 +17,7 @@ def cluster_shape(address: str | None) -> ClusterShape:
 
     connect(address)
     nodes = alive_nodes()
+    probe.ship_by_value()
     answers = run_on_nodes(probe.gpus, deadline_s=DEADLINE_S, nodes=nodes)
     devices = [d for reply in answers.replies.values() for d in reply["devices"]]
     memory = [d["total_mib"] for d in devices if d.get("total_mib")]

@@ -8,7 +8,6 @@ bound each node's clock offset.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from dataclasses import dataclass, replace
@@ -49,8 +48,7 @@ def preflight(options: PreflightOptions) -> PreflightReport:
     connect(options.address)
     nodes = alive_nodes()
     cluster = _cluster_facts(options, nodes)
-    if options.runtime_env:
-        _ship_by_value()
+    probe.ship_by_value()
     paths = {"ray temp dir": _ray_temp_dir()}
     run_dir = os.environ.get("RANKSCOPE_RUN_DIR")
     if run_dir:
@@ -202,11 +200,3 @@ def _ray_temp_dir() -> str:
         return str(worker._global_node.get_temp_dir_path())  # type: ignore[attr-defined]
     except Exception:
         return os.environ.get("RAY_TMPDIR", "/tmp/ray")
-
-
-def _ship_by_value() -> None:
-    """The fact source travels by value, so a job environment without rankscope runs it."""
-    import cloudpickle
-
-    with contextlib.suppress(ValueError):  # already registered
-        cloudpickle.register_pickle_by_value(probe)
