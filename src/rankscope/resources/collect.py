@@ -162,6 +162,8 @@ def gpu_memory_by_node(
         if n.alive and n.total.get("GPU", 0.0) > 0
     }
     out: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...]]] = {}
+    if not refs:  # no GPU node: nothing to measure
+        return out
     ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
     done = set(ready)
     for node_id, ref in refs.items():
