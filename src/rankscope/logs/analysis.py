@@ -11,6 +11,7 @@ import heapq
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rankscope.errors import UserError
 from rankscope.logs.model import LEVEL_NUMBERS, FoldedLine, LogLine
@@ -43,15 +44,20 @@ def template_of(message: str) -> tuple[str, tuple[str, ...]]:
 
     Example: `template_of("loss=0.31 at 0x7f3a")` is `("loss=<n> at <hex>", ("0.31",))`.
     """
-    numbers: list[str] = []
-
-    def mask(match: re.Match[str]) -> str:
-        if match.lastgroup == "hex":
-            return HEX
-        numbers.append(match.group())
-        return NUMBER
-
-    return _TOKEN.sub(mask, message), tuple(numbers)
+    parts = _TOKEN.split(message)  # text, hex, number, text, hex, number, ..., text
+    if len(parts) == 1:
+        return message, ()
+    out = [parts[0]]
+    numbers = []
+    for i in range(1, len(parts), 3):
+        number = parts[i + 1]
+        if number is None:
+            out.append(HEX)
+        else:
+            out.append(NUMBER)
+            numbers.append(number)
+        out.append(parts[i + 2])
+    return "".join(out), tuple(numbers)
 
 
 def parse_duration(raw: str, *, what: str = "duration") -> float:
@@ -156,22 +162,25 @@ class _Fold:
         self.ranks: set[int] = set()
         self.pids: set[int] = set()
         self.count = 0
-        self.numbers: list[list[str]] = [[] for _ in range(slots)]
+        self.numbers: list[list[Any]] = [[] for _ in range(slots)]
+        """Per number slot: [low value, its text, high value, its text]."""
 
     def add(self, line: LogLine, numbers: tuple[str, ...]) -> None:
         self.count += 1
-        self.last_time = max(self.last_time, line.time)
+        if line.time > self.last_time:
+            self.last_time = line.time
         if line.rank is not None:
             self.ranks.add(line.rank)
         else:
             self.pids.add(line.pid)
         for slot, text in zip(self.numbers, numbers, strict=False):
-            if len(slot) < 2:
-                slot.append(text)
-            else:  # keep only the low and the high end
-                values = [*slot, text]
-                values.sort(key=_value)
-                slot[:] = [values[0], values[-1]]
+            value = _value(text)
+            if not slot:
+                slot.extend((value, text, value, text))
+            elif value < slot[0]:
+                slot[0], slot[1] = value, text
+            elif value > slot[2]:
+                slot[2], slot[3] = value, text
 
     def result(self) -> FoldedLine:
         spreads = [_spread(slot) for slot in self.numbers]
@@ -196,12 +205,11 @@ def _value(text: str) -> float:
         return 0.0
 
 
-def _spread(slot: list[str]) -> str:
+def _spread(slot: list[Any]) -> str:
     if not slot:
         return NUMBER
-    ordered = sorted(slot, key=_value)
-    low, high = ordered[0], ordered[-1]
-    return low if _value(low) == _value(high) else f"{low}..{high}"
+    low, low_text, high, high_text = slot
+    return low_text if low == high else f"{low_text}..{high_text}"
 
 
 def spread_text(template: str, spreads: Sequence[str]) -> str:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import socket
+from sys import intern
 from typing import Any
 
 import ray
@@ -26,6 +27,7 @@ __all__ = ["parse_jsonl_line", "read_node", "read_node_remote"]
 
 STD_TAIL_BYTES = 4 << 20
 """How much of the end of each Ray .out/.err file is read."""
+_NO_EXTRA: dict[str, Any] = {}
 _RAY_MARKER = re.compile(r"^:(actor_name|task_name|job_id|task_attempt_start|task_attempt_end):")
 
 
@@ -38,19 +40,20 @@ def parse_jsonl_line(raw: str, seq: int) -> LogLine | None:
     if not isinstance(doc, dict) or "message" not in doc:
         return None
     rank = doc.get("rank")
-    return LogLine(
+    role, group = doc.get("role"), doc.get("group")
+    return LogLine(  # repeated strings interned: one copy each when pickled to the CLI
         time=float(doc.get("time") or 0.0),
         message=str(doc["message"]),
-        level=str(doc.get("level") or "INFO"),
+        level=intern(str(doc.get("level") or "INFO")),
         rank=rank if isinstance(rank, int) else None,
         pid=int(doc.get("pid") or 0),
-        node=str(doc.get("node") or ""),
-        role=doc.get("role"),
-        group=doc.get("group"),
-        logger=str(doc.get("logger") or ""),
+        node=intern(str(doc.get("node") or "")),
+        role=intern(role) if isinstance(role, str) else None,
+        group=intern(group) if isinstance(group, str) else None,
+        logger=intern(str(doc.get("logger") or "")),
         step=int(doc.get("step") or 0),
         exc=str(doc.get("exc") or ""),
-        extra=doc.get("extra") or {},
+        extra=doc.get("extra") or _NO_EXTRA,
         source="log",
         seq=seq,
     )
