@@ -92,3 +92,13 @@ def test_jsonl_line_parses_and_foreign_lines_are_skipped():
     assert (line.rank, line.level, line.exc, line.seq) == (2, "ERROR", "Tb", 3)
     assert parse_jsonl_line('{"time": 1', 0) is None  # cut by a SIGKILL mid-write
     assert parse_jsonl_line("[1, 2]", 0) is None
+
+
+def test_follow_knows_a_line_again_on_the_next_read():
+    from rankscope.logs.follow import line_key
+
+    logged = _line(5.0, 1, "loss=0.5")
+    assert line_key(logged) == line_key(_line(5.0, 1, "loss=0.5"))
+    printed = LogLine(time=9.0, message="hello", level="", rank=1, pid=7, source="stdout", seq=3)
+    later = LogLine(time=12.0, message="hello", level="", rank=1, pid=7, source="stdout", seq=3)
+    assert line_key(printed) == line_key(later)  # .out lines take the file's mtime
