@@ -7,6 +7,8 @@ import typer.main
 import rankscope.cli.main as cli
 
 EXPECTED = {
+    "monitor": {"--address", "--job", "--group", "--json"},
+    "top": {"--address", "--job", "--group", "--json", "--once"},
     "stacks": {
         "--address",
         "--job",

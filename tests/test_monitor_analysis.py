@@ -109,6 +109,17 @@ def test_throughput_drop_of_30_percent_is_found_at_its_step() -> None:
     assert "tokens/s dropped 30% at step 50" in found.evidence
 
 
+def test_fewer_tokens_a_step_is_found_at_that_step_despite_noisy_step_times() -> None:
+    rng = random.Random(3)
+    samples, t = [], 1000.0
+    for i in range(1, 101):
+        t += 0.045 * (1 + rng.uniform(-0.25, 0.25))
+        samples.append(StepSample(i, t, 1.0, 512 if i < 50 else 358))
+    found = analysis.throughput_drift(samples, rank=0)
+    assert found is not None and found.step == 50
+    assert "tokens per step 512 -> 358" in found.evidence
+
+
 def test_steady_noisy_throughput_is_no_finding() -> None:
     rng = random.Random(2)
     step_s = [0.1 * (1 + rng.uniform(-0.05, 0.05)) for _ in range(200)]

@@ -34,8 +34,9 @@ from rankscope.hang import cli as hang
 from rankscope.levels import cli as levels
 from rankscope.logs import cli as logs
 from rankscope.memory import cli as memory
-from rankscope.resources import cli as resources
+from rankscope.monitor import cli as monitor
 from rankscope.report import cli as report
+from rankscope.resources import cli as resources
 from rankscope.stacks import cli as stacks
 from rankscope.status import cli as status
 from rankscope.trace import cli as trace
@@ -49,6 +50,7 @@ FEATURES: list[tuple[typer.Typer, str | None, str | None]] = [
     (doctor.app, None, None),
     (demo.app, None, None),
     (memory.app, None, None),
+    (monitor.app, None, None),
     (resources.app, None, None),
     (logs.app, None, None),
     (alerts.app, None, None),

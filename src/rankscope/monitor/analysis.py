@@ -47,22 +47,28 @@ _MAD_SCALE = 1.4826
 
 def throughput(samples: Sequence[StepSample]) -> tuple[list[int], list[float], str]:
     """Per step: tokens/s when tokens are given, else steps/s; returns (steps, rates, unit)."""
+    steps, rates, unit, _, _ = _rate_parts(samples)
+    return steps, rates, unit
+
+
+def _rate_parts(
+    samples: Sequence[StepSample],
+) -> tuple[list[int], list[float], str, list[float], list[float]]:
+    """(steps, rates, unit, tokens per step, seconds per step), index for index."""
     pairs = list(itertools.pairwise(samples))
     with_tokens = [b for _, b in pairs if b.tokens is not None]
     unit = "tokens/s" if len(with_tokens) * 2 >= len(pairs) and pairs else "steps/s"
-    steps, rates = [], []
+    steps, rates, tokens, seconds = [], [], [], []
     for a, b in pairs:
         dt = b.t - a.t
-        if dt <= 0:
+        if dt <= 0 or (unit == "tokens/s" and b.tokens is None):
             continue
-        if unit == "tokens/s":
-            if b.tokens is None:
-                continue
-            rates.append(b.tokens / dt)
-        else:
-            rates.append(1.0 / dt)
+        n = float(b.tokens) if unit == "tokens/s" and b.tokens is not None else 1.0
         steps.append(b.step)
-    return steps, rates, unit
+        rates.append(n / dt)
+        tokens.append(n)
+        seconds.append(dt)
+    return steps, rates, unit, tokens, seconds
 
 
 def _change_point(values: Sequence[float], lo: int, hi: int) -> int:
@@ -81,16 +87,18 @@ def throughput_drift(
     samples: Sequence[StepSample], threshold: float = 0.15, *, rank: int = -1
 ) -> Finding | None:
     """Throughput level moving by more than `threshold`, with the step where it changed."""
-    steps, rates, unit = throughput(samples)
+    steps, rates, unit, tokens, seconds = _rate_parts(samples)
     if len(rates) < MIN_STEPS:
         return None
     chunks = [rates[i : i + CHUNK] for i in range(0, len(rates) - CHUNK + 1, CHUNK)]
     medians = [statistics.median(c) for c in chunks]
-    best_i, best_change = 0, 0.0
+    # The split of the chunk medians into two levels that fits best (least absolute deviation).
+    best_i, best_change, best_cost = 0, 0.0, float("inf")
     for i in range(1, len(medians)):
         before, after = statistics.median(medians[:i]), statistics.median(medians[i:])
-        if before > 0 and abs(after / before - 1) > abs(best_change):
-            best_i, best_change = i, after / before - 1
+        cost = sum(abs(m - before) for m in medians[:i]) + sum(abs(m - after) for m in medians[i:])
+        if before > 0 and cost < best_cost:
+            best_i, best_change, best_cost = i, after / before - 1, cost
     if abs(best_change) <= threshold:
         spread = (max(medians) / min(medians) - 1) if min(medians) > 0 else 0.0
         if spread <= threshold:
@@ -107,9 +115,18 @@ def throughput_drift(
             "collection, data loading stalls) or a shared link",
             value=spread,
         )
-    split = _change_point(rates, (best_i - 1) * CHUNK, (best_i + 1) * CHUNK)
-    before = statistics.median(rates[max(0, split - 5 * CHUNK) : split])
-    after = statistics.median(rates[split : split + 5 * CHUNK])
+    lo, hi = (best_i - 1) * CHUNK, (best_i + 1) * CHUNK
+    split = _change_point(rates, lo, hi)
+    # Its cause, and the exact step: the tokens per step (exact numbers) or the step time.
+    at_tokens = _change_point(tokens, lo, hi)
+    t_before, t_after = _levels(tokens, at_tokens)
+    if unit == "tokens/s" and t_before > 0 and abs(t_after / t_before - 1) > threshold / 2:
+        split = at_tokens
+        cause = f"tokens per step {t_before:,.0f} -> {t_after:,.0f}"
+    else:
+        s_before, s_after = _levels(seconds, split)
+        cause = f"step time {s_before * 1e3:,.1f} -> {s_after * 1e3:,.1f} ms"
+    before, after = _levels(rates, split)
     change = after / before - 1 if before > 0 else best_change
     word = "dropped" if change < 0 else "rose"
     return Finding(
@@ -117,11 +134,18 @@ def throughput_drift(
         (rank,),
         steps[split],
         f"rank {rank} {unit} {word} {abs(change):.0%} at step {steps[split]} "
-        f"({before:,.1f} -> {after:,.1f})",
+        f"({before:,.1f} -> {after:,.1f}; {cause})",
         "see what changed at that step: a new data shard, a checkpoint, memory pressure, "
         "a slower node or link (`rankscope top`, `rankscope memory`)",
         value=change,
     )
+
+
+def _levels(values: Sequence[float], split: int) -> tuple[float, float]:
+    """Medians of up to 5 chunks before and after `split`."""
+    before = values[max(0, split - 5 * CHUNK) : split] or values[:1]
+    after = values[split : split + 5 * CHUNK] or values[-1:]
+    return statistics.median(before), statistics.median(after)
 
 
 def _robust_z(value: float, window: Sequence[float]) -> float:
@@ -229,13 +253,18 @@ def divergence(
     )
 
 
+_ORIGIN = {"activation": 0, "loss": 0, "gradient": 2, "grad_norm": 2}
+"""At one step, where a NaN starts before where it spreads to: a gradient or grad norm may have
+arrived non-finite through an all_reduce from the rank whose activation or loss went first."""
+
+
 def first_nonfinite(series: Sequence[RankSeries]) -> Finding | None:
-    """The earliest NaN/Inf of any rank (by time, then step)."""
+    """The first NaN/Inf of any rank: the earliest step, its origin before what it spread to."""
     seen = [(s.first_nonfinite, s) for s in series if s.first_nonfinite is not None]
     if not seen:
         return None
     first: NonFinite
-    first, owner = min(seen, key=lambda p: (p[0].t, p[0].step, p[1].rank))
+    first, owner = min(seen, key=lambda p: (p[0].step, _ORIGIN.get(p[0].name, 1), p[0].t))
     others = sorted(s.rank for nf, s in seen if s is not owner)
     then = f"; later also ranks {','.join(map(str, others))}" if others else ""
     return Finding(

@@ -66,19 +66,24 @@ class Aligned:
         return max(0.0, max(self.ends.values()) - max(self.starts.values()))
 
 
+MIN_SKEW_S = 0.005
+"""Arrivals closer than this are a tie: back-to-back collectives (one per gradient bucket)
+have no meaningful last rank, only the first of a step has; a busy host jitters by a few ms."""
+
+
 @dataclass(frozen=True)
 class Alignment:
     collectives: tuple[Aligned, ...]
     """Those that at least two ranks completed, oldest first."""
     last_arrivals: dict[int, int]
-    """Per rank, at how many of them it arrived last."""
-
-    @property
-    def count(self) -> int:
-        return len(self.collectives)
+    """Per rank, at how many of the `count` collectives with a real wait it arrived last."""
+    count: int
+    """Collectives whose first and last arrival are `MIN_SKEW_S` or more apart."""
 
 
-def align(records: Mapping[int, Sequence[CollectiveRecord]]) -> Alignment:
+def align(
+    records: Mapping[int, Sequence[CollectiveRecord]], *, min_skew_s: float = MIN_SKEW_S
+) -> Alignment:
     """Align the ranks' records of one group by (process group, sequence number)."""
     by_key: dict[tuple[str, int], dict[int, CollectiveRecord]] = {}
     for rank, recs in records.items():
@@ -101,8 +106,9 @@ def align(records: Mapping[int, Sequence[CollectiveRecord]]) -> Alignment:
             )
         )
     aligned.sort(key=lambda a: min(a.starts.values()))
-    last = Counter(a.last for a in aligned)
-    return Alignment(tuple(aligned), dict(last))
+    waited = [a for a in aligned if a.skew_s >= min_skew_s]
+    last = Counter(a.last for a in waited)
+    return Alignment(tuple(aligned), dict(last), len(waited))
 
 
 def latency_findings(alignment: Alignment, group: str, threshold_s: float) -> list[Finding]:

@@ -35,6 +35,7 @@ class NanWatch:
     found: str = ""
     """The first non-finite, once seen: `activation in layers.1 (output)`."""
     _names: dict[int, str] = field(default_factory=dict)
+    _params: list[tuple[str, Any]] = field(default_factory=list)
 
     def remove(self) -> None:
         for h in self.handles:
@@ -51,24 +52,24 @@ class NanWatch:
         sums, self.sums = self.sums, []
         if self.found:
             return self.found
-        grads = [(n, p.grad) for n, p in self.model.named_parameters() if p.grad is not None]
-        parts = [torch.stack([s.float() for _, s in sums])] if sums else []
+        if not self._params:
+            self._params = list(self.model.named_parameters())
+        grads = [(n, p.grad) for n, p in self._params if p.grad is not None]
+        values = [s for _, s in sums]
         if grads:
-            norms = torch._foreach_norm([g for _, g in grads])
-            parts.append(torch.stack([n.float() for n in norms]))
-        if not parts:
+            values += torch._foreach_norm([g for _, g in grads])
+        if not values:
             return ""
-        flags = [torch.isfinite(p) for p in parts]
-        if all(bool(f.all()) for f in flags):  # the one device read of a healthy step
+        flags = torch.isfinite(torch.stack(values).float())
+        if bool(flags.all()):  # the one device read of a healthy step
             return ""
-        place = ""
-        if sums and not bool(flags[0].all()):
-            bad = int((~flags[0]).nonzero()[0])
-            place = f"activation in {sums[bad][0] or 'model'} (output)"
+        bad_at = [i for i, ok in enumerate(flags.tolist()) if not ok]
+        if bad_at[0] < len(sums):
+            bad = bad_at[0]
             name, kind = sums[bad][0], "activation"
+            place = f"activation in {name or 'model'} (output)"
         else:
-            gflags = flags[-1]
-            bad = int((~gflags).nonzero()[-1])  # backward runs last layer first
+            bad = bad_at[-1] - len(sums)  # backward runs last layer first
             param = grads[bad][0]
             name, kind = param.rpartition(".")[0], "gradient"
             place = f"gradient in {name or 'model'} ({param})"
@@ -130,7 +131,5 @@ def _check_at_step() -> None:
     if not _watches:
         return
     for w in list(_watches):
-        if w.optimizer is None:
+        if w.optimizer is None or w.sums:  # with an optimizer: it skipped its step (AMP does)
             _safe(w.check)
-        else:
-            w.sums.clear()  # checked at the optimizer's step already

@@ -11,6 +11,7 @@ import collections
 import itertools
 import statistics
 import threading
+import time
 from typing import Any
 
 from rankscope.context import get_context
@@ -31,6 +32,10 @@ DEFAULT_CAPACITY = 1024
 SUMMARY_STEPS = 10
 """Recent steps the heartbeat summary takes its medians over."""
 COLLECTIVES_SENT = 1024
+ALERTS_EVERY_S = 10.0
+"""The summary redoes this rank's own findings at most this often (a few ms of the probe thread)."""
+ALERT_STEPS = 200
+"""...over this many recent steps."""
 
 
 def _number(value: Any) -> float | None:
@@ -53,6 +58,7 @@ class StepRecorder:
         self.total = 0
         self.first_nonfinite: NonFinite | None = None
         self.alerts: tuple[str, ...] = ()
+        self.alerts_at = 0.0
         self._lock = threading.Lock()  # only for the first non-finite, written once
 
     def on_step(
@@ -90,10 +96,10 @@ class StepRecorder:
     ) -> None:
         """Keep the first NaN/Inf only."""
         with self._lock:
-            if self.first_nonfinite is None:
-                self.first_nonfinite = NonFinite(
-                    step, t, name, nonfinite_text(value), module, tensor
-                )
+            if self.first_nonfinite is not None:
+                return
+            self.first_nonfinite = NonFinite(step, t, name, nonfinite_text(value), module, tensor)
+        _emit("monitor.non_finite", {"step": step, "what": self.first_nonfinite.where})
 
     def samples(self, last: int | None = None) -> tuple[StepSample, ...]:
         rows = list(self.rows)  # a copy: the training thread keeps appending
@@ -108,6 +114,18 @@ class StepRecorder:
 
 
 _recorder = StepRecorder()
+
+
+def _emit(kind: str, payload: dict[str, Any]) -> None:
+    """An event in the run directory (through this process's probe, when one runs)."""
+    try:
+        from rankscope.runtime.api import current_probe
+
+        probe = current_probe()
+        if probe is not None:
+            probe.emit(kind, payload)
+    except Exception:
+        pass
 
 
 def step_recorder() -> StepRecorder:
@@ -188,6 +206,10 @@ def summary() -> MonitorSummary | None:
     ]
     waits = step_waits(times, _recorded_collectives(64)) if len(times) > 1 else []
     memory = memory_use()
+    now = time.monotonic()
+    if now - _recorder.alerts_at >= ALERTS_EVERY_S:
+        _recorder.alerts_at = now
+        _recorder.alerts = _local_alerts(memory)
     return MonitorSummary(
         step=samples[-1].step,
         step_s=statistics.median(durations) if durations else 0.0,
@@ -199,3 +221,21 @@ def summary() -> MonitorSummary | None:
         first_nonfinite=_recorder.first_nonfinite,
         alerts=_recorder.alerts,
     )
+
+
+def _local_alerts(memory: MemoryUse) -> tuple[str, ...]:
+    """This rank's own findings over its recent steps, one line each."""
+    from rankscope.monitor import analysis
+    from rankscope.monitor.model import Thresholds
+
+    rank = get_context().rank
+    rank = -1 if rank is None else rank
+    thresholds = Thresholds()
+    try:
+        found = analysis.rank_findings(_recorder.samples(ALERT_STEPS), thresholds, rank=rank)
+        found += analysis.memory_findings(rank, memory, thresholds)
+    except Exception:  # the summary must go out whatever the analysis does
+        return ()
+    nonfinite = _recorder.first_nonfinite
+    lines = [f"first {nonfinite.where}"] if nonfinite is not None else []
+    return tuple(lines + [f.evidence for f in found])

@@ -16,18 +16,26 @@ def status(
 ) -> None:
     """Every registered process: rank, node, pid, actor, state, last heartbeat, version."""
     from rankscope.cli.output import to_json
+    from rankscope.monitor.collect import alert_lines
     from rankscope.status.collect import any_lost, job_statuses
     from rankscope.status.render import render_status
 
     jobs = job_statuses(address, job, group)
     if as_json:
         data = {
-            j.job_id: {"processes": j.processes, "deaths": j.deaths, "first_death": j.first_death}
+            j.job_id: {
+                "processes": j.processes,
+                "deaths": j.deaths,
+                "first_death": j.first_death,
+                "alerts": alert_lines(j.processes),  # the monitor's, from the heartbeats
+            }
             for j in jobs
         }
         out.print_json(to_json("status", data))
     else:
         for j in jobs:
             out.print(render_status(j.job_id, j.processes, j.deaths, first_death=j.first_death))
+            for line in alert_lines(j.processes):  # the monitor's alerts (rankscope monitor)
+                out.print(f"alert: {line}", style="yellow", markup=False)
     if any_lost(jobs):
         raise typer.Exit(ExitCode.FINDING)

@@ -1,0 +1,173 @@
+"""The monitor's costs, side by side with what they are measured against, in one run.
+
+1. `rankscope.step(loss=..., tokens=..., grad_norm=...)` per call (goal < 2 us) against the
+   bare `rankscope.step()` and against the demo's training step (the demo's `train_step`: tiny
+   MLP, SGD, gloo all_reduce in a one-rank group; goal: < 0.5% of it). CPU time, not wall time.
+2. `watch_nan(model, optimizer)` overhead on a training loop (forward, backward, optimizer step)
+   against `torch.autograd.detect_anomaly(check_nan=True)` on the same loop: the demo's MLP and
+   a wider 8-layer MLP (goal: watch_nan's overhead at least 10x smaller), in process CPU time,
+   interleaved.
+
+Run: `python benchmarks/bench_monitor.py [--repeats 7]`. CPU only; no Ray cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+
+def per_call_us(fn: Callable[[], object], calls: int, repeats: int) -> float:
+    """CPU time of this thread per call (a shared machine's preemption left out)."""
+    runs = []
+    for _ in range(repeats):
+        start = time.thread_time()
+        for _ in range(calls):
+            fn()
+        runs.append((time.thread_time() - start) / calls * 1e6)
+    return statistics.median(runs)
+
+
+def loop_ms(
+    step: Callable[[], object],
+    steps: int,
+    repeats: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    runs = []
+    for _ in range(repeats):
+        start = clock()
+        for _ in range(steps):
+            step()
+        runs.append((clock() - start) / steps * 1e3)
+    return statistics.median(runs)
+
+
+@contextlib.contextmanager
+def one_rank_gloo() -> Iterator[None]:
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def bench_step(repeats: int) -> None:
+    import torch
+    from torch import nn
+
+    import rankscope
+    from rankscope.demo.train import train_step
+    from rankscope.monitor.recorder import step_recorder
+
+    calls = 200_000
+    bare = per_call_us(rankscope.step, calls, repeats)
+    full = per_call_us(lambda: rankscope.step(loss=2.5, tokens=512, grad_norm=1.25), calls, repeats)
+    empty = per_call_us(lambda: None, calls, repeats)
+    step_recorder().clear()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    inputs = torch.randn(16, 32)
+    targets = inputs.sum(dim=1, keepdim=True) * 0.1
+    with one_rank_gloo():
+        demo_ms = loop_ms(
+            lambda: train_step(model, opt, inputs, targets), 500, repeats, time.process_time
+        )
+    print(f"rankscope.step(loss, tokens, grad_norm): {full:.2f} us/call (goal < 2 us)")
+    print(f"rankscope.step() with no numbers:        {bare:.2f} us/call")
+    print(f"an empty Python call (lambda: None):     {empty:.2f} us/call")
+    print(f"the demo's train_step:                   {demo_ms * 1e3:.0f} us")
+    print(f"step() with numbers / demo step:         {full / (demo_ms * 1e3):.3%} (goal < 0.5%)")
+
+
+def bench_watch_nan(repeats: int) -> None:
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(1)
+    models = {
+        "demo MLP 32-64-1, batch 16": (
+            lambda: nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)),
+            (16, 32),
+        ),
+        "MLP 8 x (512 -> 512, GELU, LayerNorm), batch 64": (
+            lambda: nn.Sequential(
+                *[m for _ in range(8) for m in (nn.Linear(512, 512), nn.GELU(), nn.LayerNorm(512))],
+                nn.Linear(512, 1),
+            ),
+            (64, 512),
+        ),
+    }
+    for label, (make, shape) in models.items():
+        torch.manual_seed(0)
+        _watch_case(label, make(), torch.randn(*shape), repeats)
+
+
+def _watch_case(label: str, model: object, x: object, repeats: int) -> None:
+    import warnings
+
+    import torch
+    from torch import nn
+
+    from rankscope.monitor import watch_nan
+
+    warnings.filterwarnings("ignore", message=".*[Aa]nomaly.*")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)  # type: ignore[attr-defined]
+    y = x.sum(dim=1, keepdim=True) * 0.01  # type: ignore[attr-defined]
+
+    def step() -> None:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()  # type: ignore[operator]
+        opt.step()
+
+    def anomaly_step() -> None:
+        with torch.autograd.detect_anomaly(check_nan=True):
+            step()
+
+    steps = 200 if x.shape[1] < 100 else 20  # type: ignore[attr-defined]
+    loop_ms(step, steps, 1)  # warm up
+    # Interleaved, and in this process's CPU time (torch runs one thread here), so that the
+    # shared machine's load moves all three alike.
+    cpu = time.process_time
+    base_runs, watch_runs, anomaly_runs = [], [], []
+    for _ in range(repeats):
+        base_runs.append(loop_ms(step, steps, 1, cpu))
+        anomaly_runs.append(loop_ms(anomaly_step, steps, 1, cpu))
+        watch = watch_nan(model, opt)
+        try:
+            watch_runs.append(loop_ms(step, steps, 1, cpu))
+        finally:
+            watch.remove()
+    base = statistics.median(base_runs)
+    watched, anomaly = statistics.median(watch_runs), statistics.median(anomaly_runs)
+    w_over, a_over = watched / base - 1, anomaly / base - 1
+    print(f"{label}:")
+    print(f"  plain step {base:.3f} ms; watch_nan {watched:.3f} ms (+{w_over:.0%}); "
+          f"detect_anomaly(check_nan=True) {anomaly:.3f} ms (+{a_over:.0%})")  # fmt: skip
+    ratio = a_over / w_over if w_over > 0 else float("inf")
+    print(f"  detect_anomaly's overhead / watch_nan's: {ratio:.1f}x (goal >= 10x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    bench_step(args.repeats)
+    bench_watch_nan(args.repeats)
+
+
+if __name__ == "__main__":
+    main()

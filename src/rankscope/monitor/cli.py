@@ -1,0 +1,89 @@
+"""`rankscope monitor` (the findings) and `rankscope top` (the live view of every rank)."""
+
+from __future__ import annotations
+
+import select
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
+
+app = typer.Typer()
+
+REFRESH_S = 1.0
+
+
+@app.command()
+@handle_errors
+def monitor(
+    address: Address = None, job: Job = None, group: Group = None, as_json: Json = False
+) -> None:
+    """Training health: stragglers, throughput drift, loss, the first NaN, memory, collectives."""
+    from rankscope.cli.output import to_json
+    from rankscope.monitor.collect import job_health
+    from rankscope.monitor.render import render_health
+
+    jobs = job_health(address, job, group)
+    if as_json:
+        out.print_json(to_json("monitor", jobs))
+    else:
+        for j in jobs:
+            out.print(render_health(j))
+    raise typer.Exit(ExitCode.FINDING if any(j.findings for j in jobs) else ExitCode.OK)
+
+
+@app.command()
+@handle_errors
+def top(
+    address: Address = None,
+    job: Job = None,
+    group: Group = None,
+    as_json: Json = False,
+    once: Annotated[bool, typer.Option("--once", help="Print one table and exit.")] = False,
+) -> None:
+    """Every rank live, the worst first (refresh 1 s, q or Ctrl-C to quit); --json: one snapshot."""
+    from rich.live import Live
+
+    from rankscope.cli.output import to_json
+    from rankscope.monitor.collect import tops
+    from rankscope.monitor.render import render_top
+    from rankscope.runtime.client import HubClient
+
+    client = HubClient.attach(address)
+    if as_json or once:
+        jobs = tops(client, job, group)
+        if as_json:
+            out.print_json(to_json("top", jobs))
+        else:
+            out.print(render_top(jobs))
+        raise typer.Exit(ExitCode.OK)
+    try:
+        with Live(console=out, auto_refresh=False, screen=False) as live:
+            while True:
+                live.update(render_top(tops(client, job, group)), refresh=True)
+                if _quit_within(REFRESH_S):
+                    break
+    except KeyboardInterrupt:
+        pass
+    raise typer.Exit(ExitCode.OK)
+
+
+def _quit_within(seconds: float) -> bool:
+    """Wait up to `seconds`; True when the user typed q (Ctrl-C ends it too)."""
+    if not sys.stdin.isatty():
+        time.sleep(seconds)
+        return False
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    old = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        ready, _, _ = select.select([sys.stdin], [], [], seconds)
+        return bool(ready) and sys.stdin.read(1).lower() == "q"
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, old)

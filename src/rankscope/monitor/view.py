@@ -1,0 +1,118 @@
+"""The live view's rows (`rankscope top`, the Prometheus exporter): pure, from the heartbeat
+summaries the hub keeps, so a refresh asks no rank anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rankscope.hang.model import CollectiveRecord
+from rankscope.monitor.collectives import align
+from rankscope.monitor.model import MonitorSummary
+from rankscope.monitor.straggler import straggler_scores
+
+__all__ = ["RankInput", "RankRow", "rank_rows"]
+
+
+@dataclass(frozen=True)
+class RankInput:
+    """What the hub holds about one rank."""
+
+    rank: int
+    group: str
+    node: str
+    role: str
+    pid: int
+    state: str
+    summary: MonitorSummary | None
+    collectives: tuple[CollectiveRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One row of `rankscope top`."""
+
+    rank: int
+    group: str
+    node: str
+    role: str
+    pid: int
+    state: str
+    step: int
+    step_s: float
+    tokens_per_s: float
+    wait_s: float
+    straggler: float
+    """Compute against the group's median rank (1.0 typical)."""
+    last_arrival_share: float
+    loss: float | None
+    grad_norm: float | None
+    device_used: int
+    device_total: int
+    host_used: int
+    host_total: int
+    alerts: tuple[str, ...]
+
+    @property
+    def badness(self) -> tuple[int, int, float, float]:
+        return (
+            int(self.state != "alive"),
+            len(self.alerts),
+            self.straggler,
+            self.last_arrival_share,
+        )
+
+
+def rank_rows(inputs: Sequence[RankInput], threshold: float = 1.2) -> list[RankRow]:
+    """Every rank's row, the worst first: not alive, alerts, straggler score, last arrivals."""
+    groups: dict[str, list[RankInput]] = {}
+    for i in inputs:
+        groups.setdefault(i.group, []).append(i)
+    rows = []
+    for members in groups.values():
+        with_steps = [m for m in members if m.summary is not None and m.summary.step_s > 0]
+        scores = {
+            s.rank: s
+            for s in straggler_scores(
+                {m.rank: [m.summary.step_s] for m in with_steps if m.summary},
+                {m.rank: [m.summary.wait_s] for m in with_steps if m.summary},
+                *_arrivals(members),
+                threshold=threshold,
+            )
+        }
+        for m in members:
+            s, score = m.summary, scores.get(m.rank)
+            alerts = list(s.alerts) if s else []
+            if score is not None and score.is_straggler and score.why not in alerts:
+                alerts.insert(0, score.why)
+            rows.append(
+                RankRow(
+                    rank=m.rank,
+                    group=m.group,
+                    node=m.node,
+                    role=m.role,
+                    pid=m.pid,
+                    state=m.state,
+                    step=s.step if s else 0,
+                    step_s=s.step_s if s else 0.0,
+                    tokens_per_s=s.tokens_per_s if s else 0.0,
+                    wait_s=s.wait_s if s else 0.0,
+                    straggler=score.relative if score else 1.0,
+                    last_arrival_share=score.last_arrival_share if score else 0.0,
+                    loss=s.loss if s else None,
+                    grad_norm=s.grad_norm if s else None,
+                    device_used=s.memory.device_used if s else 0,
+                    device_total=s.memory.device_total if s else 0,
+                    host_used=s.memory.host_used if s else 0,
+                    host_total=s.memory.host_total if s else 0,
+                    alerts=tuple(alerts),
+                )
+            )
+    rows.sort(key=lambda r: r.badness, reverse=True)
+    return rows
+
+
+def _arrivals(members: Sequence[RankInput]) -> tuple[dict[int, int], int]:
+    alignment = align({m.rank: m.collectives for m in members if m.collectives})
+    return alignment.last_arrivals, alignment.count
