@@ -8,6 +8,10 @@
    a wider 8-layer MLP (goal: watch_nan's overhead at least 10x smaller), in process CPU time,
    interleaved.
 
+3. comm-bench's collective sweep (`BenchRank.collectives`, the code the actors run) against
+   torch's own loop of `dist.all_reduce` timed by hand, 2 gloo ranks on this host, the same
+   sizes (goal: bus bandwidths within 10%). The Ray placement around it is not timed here.
+
 Run: `python benchmarks/bench_monitor.py [--repeats 7]`. CPU only; no Ray cluster.
 """
 
@@ -161,12 +165,71 @@ def _watch_case(label: str, model: object, x: object, repeats: int) -> None:
     print(f"  detect_anomaly's overhead / watch_nan's: {ratio:.1f}x (goal >= 10x)")
 
 
+COMM_SIZES = [1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22]
+
+
+def _comm_rank(rank: int, port: int, queue: object) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from rankscope.monitor.commbench import BenchRank, _iterations
+
+    torch.set_num_threads(1)
+    bench = BenchRank(rank, 2, "gloo")
+    bench.join("127.0.0.1", port)
+    ours = bench.collectives(COMM_SIZES, budget_s=60.0)
+    by_hand = []
+    for size in COMM_SIZES:
+        x = torch.ones(size // 4)
+        iters = _iterations(size)
+        dist.all_reduce(x)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(x)
+        by_hand.append((size, (time.perf_counter() - start) / iters))
+    bench.leave()
+    queue.put((rank, ours, by_hand))  # type: ignore[attr-defined]
+
+
+def bench_comm(repeats: int) -> None:
+    import multiprocessing
+
+    from rankscope.monitor.comm import bus_bandwidth
+
+    ctx = multiprocessing.get_context("spawn")
+    ours_runs: dict[int, list[float]] = {s: [] for s in COMM_SIZES}
+    hand_runs: dict[int, list[float]] = {s: [] for s in COMM_SIZES}
+    for _ in range(max(1, repeats // 3)):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_comm_rank, args=(r, port, queue)) for r in range(2)]
+        for p in procs:
+            p.start()
+        got = [queue.get(timeout=300) for _ in procs]
+        for p in procs:
+            p.join()
+        for size in COMM_SIZES:  # the slower rank's time, as comm-bench reports
+            ours_runs[size].append(
+                max(t for _, o, _ in got for op, b, t in o if op == "all_reduce" and b == size)
+            )
+            hand_runs[size].append(max(t for _, _, h in got for b, t in h if b == size))
+    print("gloo all_reduce, 2 ranks on this host: busbw GB/s, comm-bench vs a hand-timed loop")
+    for size in COMM_SIZES:
+        ours = bus_bandwidth("all_reduce", size, statistics.median(ours_runs[size]), 2)[1]
+        hand = bus_bandwidth("all_reduce", size, statistics.median(hand_runs[size]), 2)[1]
+        print(f"  {size:>9,} B: comm-bench {ours:.4f}, by hand {hand:.4f} ({ours / hand - 1:+.0%})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     bench_step(args.repeats)
     bench_watch_nan(args.repeats)
+    bench_comm(args.repeats)
 
 
 if __name__ == "__main__":

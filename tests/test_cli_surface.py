@@ -7,6 +7,7 @@ import typer.main
 import rankscope.cli.main as cli
 
 EXPECTED = {
+    "comm-bench": {"--address", "--nodes", "--live", "--budget", "--max-bytes", "--json"},
     "monitor": {"--address", "--job", "--group", "--json"},
     "top": {"--address", "--job", "--group", "--json", "--once"},
     "stacks": {

@@ -269,3 +269,16 @@ def test_watch_nan_names_the_module_and_the_step_without_ray() -> None:
     finally:
         watch.remove()
         step_recorder().clear()
+
+
+def test_comm_bench_numbers_follow_nccl_tests() -> None:
+    from rankscope.monitor.comm import PairLink, bus_bandwidth, message_sizes, slow_pairs
+
+    assert bus_bandwidth("all_reduce", 1_000_000_000, 1.0, 4) == (1.0, 1.5)
+    assert bus_bandwidth("all_gather", 1_000_000_000, 0.5, 4) == (2.0, 1.5)
+    sizes = message_sizes()
+    assert sizes[0] == 1024 and sizes[-1] == 256 << 20 and len(sizes) == 10
+    pairs = [PairLink("a", "b", 1e-4, 10.0), PairLink("a", "c", 1e-4, 10.0)]
+    assert slow_pairs([*pairs, PairLink("b", "c", 0.0001, 10.0)]) == []
+    slow = slow_pairs([*pairs, PairLink("b", "c", 0.0001, 3.0)])
+    assert slow == ["b <-> c: 3.00 GB/s, 3.3x slower than the median pair"]

@@ -71,6 +71,41 @@ def top(
     raise typer.Exit(ExitCode.OK)
 
 
+@app.command("comm-bench")
+@handle_errors
+def comm_bench(
+    address: Address = None,
+    nodes: Annotated[
+        str | None, typer.Option("--nodes", help="Node IPs, comma-separated (default: all).")
+    ] = None,
+    live: Annotated[
+        bool, typer.Option("--live", help="Run on nodes a live job uses (it shares them).")
+    ] = False,
+    budget: Annotated[
+        float, typer.Option("--budget", help="Seconds for the collective sweep (default 20).")
+    ] = 20.0,
+    max_bytes: Annotated[
+        int, typer.Option("--max-bytes", help="Largest message (default 256 MiB).")
+    ] = 256 << 20,
+    as_json: Json = False,
+) -> None:
+    """Preflight: collective bus bandwidth and node-pair links (exit 1 on a 2x slow pair)."""
+    from rankscope.cli.output import to_json
+    from rankscope.errors import UserError
+    from rankscope.monitor.commbench import run_comm_bench
+    from rankscope.monitor.render import render_comm_bench
+
+    if budget <= 0 or max_bytes < 1024:
+        raise UserError(f"--budget ({budget}) must be over 0 and --max-bytes ({max_bytes}) >= 1024")
+    chosen = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
+    bench = run_comm_bench(address, nodes=chosen, live=live, budget_s=budget, max_bytes=max_bytes)
+    if as_json:
+        out.print_json(to_json("comm-bench", bench))
+    else:
+        out.print(render_comm_bench(bench))
+    raise typer.Exit(ExitCode.FINDING if bench.slow_pairs else ExitCode.OK)
+
+
 def _quit_within(seconds: float) -> bool:
     """Wait up to `seconds`; True when the user typed q (Ctrl-C ends it too)."""
     if not sys.stdin.isatty():

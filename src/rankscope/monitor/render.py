@@ -9,10 +9,11 @@ from rich.table import Table
 from rich.text import Text
 
 from rankscope.monitor.collect import JobHealth, JobTop
+from rankscope.monitor.comm import CommBench
 from rankscope.monitor.view import RankRow
 from rankscope.units import human_bytes
 
-__all__ = ["render_health", "render_top"]
+__all__ = ["render_comm_bench", "render_health", "render_top"]
 
 
 def render_health(job: JobHealth) -> RenderableType:
@@ -86,3 +87,37 @@ def _cells(r: RankRow) -> list[str]:
         _mem(r.host_used, r.host_total),
         "; ".join(r.alerts),
     ]
+
+
+def render_comm_bench(bench: CommBench) -> RenderableType:
+    """The bus bandwidths by message size, then the node-pair matrix."""
+    parts: list[RenderableType] = [
+        Text(f"comm-bench: {bench.backend}, {len(bench.nodes)} nodes, one rank each", style="bold")
+    ]
+    if bench.note:
+        parts.append(Text(bench.note, style="yellow"))
+    table = Table(title="collectives (nccl-tests' algbw and busbw)", title_justify="left")
+    for col in ("op", "bytes", "time", "algbw GB/s", "busbw GB/s"):
+        table.add_column(col, justify="right")
+    for c in bench.collectives:
+        table.add_row(
+            c.op, human_bytes(c.bytes), f"{c.time_s * 1e6:,.0f} us",
+            f"{c.algbw_gbs:.3f}", f"{c.busbw_gbs:.3f}",
+        )  # fmt: skip
+    parts.append(table)
+    nodes = list(bench.nodes)
+    matrix = Table(title="send/recv: latency us / bandwidth GB/s", title_justify="left")
+    matrix.add_column("")
+    for n in nodes:
+        matrix.add_column(n, justify="right")
+    links = {(p.a, p.b): p for p in bench.pairs} | {(p.b, p.a): p for p in bench.pairs}
+    for a in nodes:
+        cells = []
+        for b in nodes:
+            p = links.get((a, b))
+            cells.append("-" if p is None else f"{p.latency_s * 1e6:,.0f} / {p.bandwidth_gbs:.2f}")
+        matrix.add_row(a, *cells)
+    parts.append(matrix)
+    for slow in bench.slow_pairs:
+        parts.append(Text(f"slow pair: {slow}", style="red"))
+    return Group(*parts)
