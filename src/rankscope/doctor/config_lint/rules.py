@@ -234,11 +234,15 @@ def cluster_gpus(plan: Plan, ctx: LintContext) -> RuleResult:
             f"({', '.join(str(g) for g in ctx.cluster.gpus_per_node)} per node): "
             f"{fitting} nodes have {per_node}",
             keys,
-            {KEYS["nnodes"]: max(fitting, 1 if best else 0), KEYS["n_gpus_per_node"]: best}
-            if fitting == 0
-            else {KEYS["nnodes"]: fitting},
+            {} if best == 0 else _fewer_gpus(fitting, best),
         )
     return _ok(name, f"{plan.nnodes} x {per_node} GPUs available ({total} in the cluster)")
+
+
+def _fewer_gpus(fitting: int, best: int) -> dict[str, int]:
+    if fitting == 0:
+        return {KEYS["nnodes"]: 1, KEYS["n_gpus_per_node"]: best}
+    return {KEYS["nnodes"]: fitting}
 
 
 def bf16_hardware(plan: Plan, ctx: LintContext) -> RuleResult:
