@@ -15,7 +15,8 @@ On a small machine the simulators compete with the hub for the same cores: wall-
 are contention-bound there; the CPU-time figures are what the capacity model is built on.
 
 Run: .venv/bin/python benchmarks/bench_scale.py             (64 and 512: `make bench`)
-     .venv/bin/python benchmarks/bench_scale.py --full      (64, 512, 1,024, 4,096)
+     .venv/bin/python benchmarks/bench_scale.py --full      (64, 512, 1,024, 4,096; or
+     RANKSCOPE_BENCH_FULL=1 make bench)
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="runs of each command")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s] or (
-        [64, 512, 1024, 4096] if args.full else [64, 512]
+        [64, 512, 1024, 4096] if args.full or os.environ.get("RANKSCOPE_BENCH_FULL") else [64, 512]
     )
 
     import ray
