@@ -262,9 +262,7 @@ def check_memory(nodes: Sequence[NodeFacts], cluster: ClusterFacts) -> Check:
 
 def check_shared_fs(nodes: Sequence[NodeFacts], cluster: ClusterFacts) -> Check:
     if cluster.shared_path is None:
-        return Check(
-            "shared fs", Status.SKIP, "no --shared-path given (or checkpoint dir in --config)"
-        )
+        return Check("shared fs", Status.SKIP, "no --shared-path given (e.g. the checkpoint dir)")
     if cluster.sentinel_write_error:
         return Check(
             "shared fs",
@@ -374,11 +372,12 @@ def check_ray(nodes: Sequence[NodeFacts], cluster: ClusterFacts) -> Check:
     for n in nodes:
         evidence[n.label] = f"object store {human_bytes(n.object_store_bytes)}"
     status = Status.WARN if warns else Status.OK
-    fix = (
-        "RAY_AUTH_MODE=token on `ray start`; start the head with --include-dashboard=true"
-        if warns
-        else ""
-    )
+    fixes = []
+    if cluster.token_auth is False:
+        fixes.append("RAY_AUTH_MODE=token on `ray start`")
+    if cluster.dashboard_url is None or cluster.dashboard_error:
+        fixes.append("start the head with --include-dashboard=true (and ray[default])")
+    fix = "; ".join(fixes)
     return Check("ray", status, "; ".join(warns) or "auth on, dashboard up", evidence, fix)
 
 
