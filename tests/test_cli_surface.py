@@ -70,6 +70,8 @@ EXPECTED = {
         "--duration",
         "--ranks",
         "--output",
+        "--torch-profiler",
+        "--steps",
         "--budget-mb",
         "--json",
     },

@@ -15,6 +15,7 @@ from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progr
 from rankscope.trace.analysis import split_collectives, summarize
 from rankscope.trace.chrome import assign_lanes, render_trace, sample_to_budget
 from rankscope.trace.model import RankTrace
+from rankscope.trace.tasks import attach_tasks, ray_task
 
 T0 = 1_700_000_000.0
 MS = 1e-3
@@ -218,3 +219,56 @@ def test_clock_offset_keeps_the_minimum_round_trip_sample():
     assert estimate is not None
     assert abs(estimate.offset_s - 2.0) <= estimate.error_s
     assert estimate.error_s < 0.002 and estimate.samples == 2
+
+
+def task_state(name: str, pid: int, submitted: float, running: float | None, end: float | None):
+    """A task as Ray's state API returns it (detail=True), times in epoch seconds."""
+    events = [{"state": "PENDING_NODE_ASSIGNMENT", "created_ms": submitted * 1e3}]
+    if running is not None:
+        events.append({"state": "RUNNING", "created_ms": running * 1e3})
+    if end is not None:
+        events.append({"state": "FINISHED", "created_ms": end * 1e3})
+    state = "FINISHED" if end else ("RUNNING" if running else "PENDING_NODE_ASSIGNMENT")
+    return {"task_id": f"t-{name}", "name": name, "type": "ACTOR_TASK", "state": state,
+            "node_id": "n-10.0.0.1", "worker_pid": pid, "events": events}  # fmt: skip
+
+
+def test_ray_tasks_go_to_their_worker_with_scheduling_delay_idle_and_pending():
+    traces = synthetic_job(steps=10, extra_s=0.0)  # windows: T0 .. T0 + 2 s
+    states = [
+        task_state("train", 1000, T0 - 0.5, T0 - 0.4, T0 + 1.0),  # rank 0 busy for 1 s of 2
+        task_state("eval", 1001, T0 + 0.1, T0 + 0.3, T0 + 1.9),
+        task_state("elsewhere", 4242, T0, T0 + 0.1, T0 + 0.2),
+        task_state("stuck", 0, T0 - 30, None, None),
+    ]
+    tasks = [t for t in (ray_task(s) for s in states) if t is not None]
+    assert tasks[1].pending_ns is not None and abs(tasks[1].pending_ns - 0.2e9) < 1e3
+    end = round((T0 + 2) * 1e9)
+    outside = attach_tasks(traces, tasks, (round(T0 * 1e9), end))
+    assert outside == 1
+    assert [t.name for t in traces[0].tasks] == ["train"]
+    slices = split_collectives(traces, end)
+    summary = summarize("job", traces, slices, end, path="x", bytes_written=0, events=0,
+                        dropped_events=0, tasks=tasks)  # fmt: skip
+    rows = {r.rank: r for r in summary.ranks}
+    assert rows[0].idle_share is not None and abs(rows[0].idle_share - 0.5) < 0.01
+    assert rows[1].idle_share is not None and abs(rows[1].idle_share - 0.2) < 0.01
+    assert summary.pending_tasks and "stuck" in summary.pending_tasks[0]
+    assert not summary.ok
+    buf = io.StringIO()
+    render_trace(traces, slices, buf.write)
+    doc = json.loads(buf.getvalue())
+    assert trace_problems(doc) == []
+    [train] = [e for e in doc["traceEvents"] if e["name"] == "train"]
+    assert train["args"]["scheduling_delay_ms"] == 100.0 and train["args"]["worker_pid"] == 1000
+
+
+def test_durations_parse_with_units_and_bad_ones_say_how():
+    import pytest
+
+    from rankscope.errors import UserError
+    from rankscope.trace.cli import parse_duration
+
+    assert [parse_duration(t) for t in ("10s", "500ms", "2m", "7.5")] == [10.0, 0.5, 120.0, 7.5]
+    with pytest.raises(UserError, match=r"e\.g\. 10s"):
+        parse_duration("ten seconds")

@@ -51,12 +51,15 @@ JOB = textwrap.dedent(
             import torch.distributed as dist
             import rankscope
 
-            grad = torch.ones(1024)
-            while not os.path.exists(stop_file):
+            while True:
                 with rankscope.span("compute"):
                     time.sleep(0.03 + (0.05 if self.rank == 2 else 0.0))
+                grad = torch.ones(1024)
+                grad[0] = float(os.path.exists(stop_file))  # every rank stops at the same step
                 dist.all_reduce(grad)
                 rankscope.step()
+                if grad[0] > 0:
+                    return
 
 
     stop_file = sys.argv[2]
@@ -98,7 +101,10 @@ def test_trace_names_the_slow_rank_and_writes_one_aligned_trace(cluster, tmp_pat
         )  # fmt: skip
     finally:
         stop.write_text("stop")
-        job.wait(timeout=60)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            job.kill()
     assert result.returncode == 1, result.stdout + result.stderr
     data = json.loads(result.stdout)["data"]
     assert [s["rank"] for s in data["stragglers"] if s["is_straggler"]] == [2]
@@ -140,6 +146,10 @@ class Tracer:
     def __init__(self, rank: int) -> None:
         rankscope.init(rank=rank, world_size=2, group="trace-api-test")
 
+    def registered(self) -> bool:
+        probe = rankscope.current_probe()
+        return probe is not None and probe.connected.wait(60)
+
     @rankscope.debug_decorator(capture_args=True, memory_monitoring=True)
     def forward(self, batch: torch.Tensor) -> float:
         self.kept = bytearray(4 << 20)
@@ -152,14 +162,7 @@ def test_enable_detailed_tracing_traces_the_driver_and_decorated_actor_calls(clu
         actor.remote(0),
         actor.options(resources={WORKER_NODE_RESOURCE: 1}).remote(1),
     ]
-    job_id = ray.get_runtime_context().get_job_id()
-    wait_until(
-        lambda: (
-            sum(p.context.group == "trace-api-test" for p in HubClient.attach().probes(job_id)) == 2
-        ),
-        timeout=60,
-        what="both tracers to register",
-    )
+    assert ray.get([a.registered.remote() for a in actors], timeout=180) == [True, True]
     path = tmp_path / "api.json"
     try:
         tracing = rankscope.enable_detailed_tracing(path=str(path))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
@@ -155,3 +156,66 @@ def test_trace_command_starts_drains_and_stops():
     assert last.stopped_ns is not None and spans.recording() is None
     with pytest.raises(RuntimeError, match="no trace session"):
         handler.trace_command({"action": "drain", "session": "other"})
+
+
+def test_a_drain_ships_attribute_reprs_not_tensors():
+    spans.stop_recording()
+    handler.trace_command({"action": "start", "session": "s3", "options": TraceOptions()})
+    with rankscope.span("step", batch=torch.ones(1000, 1000), n=3):
+        pass
+    chunk = handler.trace_command({"action": "stop", "session": "s3"})
+    [(_, _, _, _, attrs)] = chunk.spans
+    assert attrs == {"batch": "Tensor(float32[1000, 1000], cpu)", "n": 3}
+
+
+def test_session_drains_sooner_while_collectives_would_wrap_the_recorders_ring():
+    from rankscope.trace.collect import DRAIN_EVERY_S, FASTEST_DRAIN_S, TraceSession
+
+    spans.stop_recording()
+    new = {"calls": 0}
+
+    def ask(kind, probes, args):
+        chunk = handler.trace_command(args)
+        return [(probes[0], replace(chunk, new_collectives=new["calls"]), "")]
+
+    session = TraceSession(ask, [_status()], TraceOptions(), session="s4")
+    session.start()
+    assert session.interval == DRAIN_EVERY_S
+    new["calls"] = 5000  # in one 0.5 s interval: the 2,000-call ring wraps in 0.2 s
+    session.drain()
+    assert session.interval == FASTEST_DRAIN_S
+    new["calls"] = 100
+    session.drain()
+    assert session.interval == DRAIN_EVERY_S
+    session.stop()
+    assert len(session.traces()) == 1
+
+
+def _status():
+    from rankscope.context import get_context
+    from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
+
+    info = ProbeInfo("local", get_context(), "0", 0.0)
+    return ProbeStatus(info, ProbeState.ALIVE, 0.0, 0.0, Progress(0, 0.0), 0, 0)
+
+
+def test_torch_profiler_runs_in_the_training_thread_for_the_steps_asked():
+    import time
+
+    spans.stop_recording()
+    options = TraceOptions(torch_profiler_steps=2)
+    start = handler.trace_command({"action": "start", "session": "s5", "options": options})
+    a = torch.randn(64, 64)
+    for _ in range(4):  # step 1 starts the profiler, 2 more steps stop it
+        with rankscope.span("matmul"):
+            a = (a @ a).tanh()
+        rankscope.step()
+    chunk = handler.trace_command({"action": "stop", "session": "s5"})
+    torch_spans = [s for s in chunk.spans if s[3] < 0]
+    assert any(s[0] == "aten::mm" for s in torch_spans), {s[0] for s in torch_spans}
+    assert all(chunk.threads[s[3]].startswith("torch.profiler thread") for s in torch_spans)
+    mine = sorted(s[1] for s in chunk.spans if s[0] == "matmul")
+    mm = [s for s in torch_spans if s[0] == "aten::mm"]
+    assert len(mm) == 2  # two profiled steps, one matmul each
+    assert all(mine[1] - 5_000_000 <= s[1] <= time.time_ns() for s in mm)  # same clock
+    assert start.started_ns <= min(s[1] for s in mm)

@@ -19,10 +19,12 @@ from rankscope.runtime.protocol import ProbeStatus
 from rankscope.trace.model import (
     RankSummary,
     RankTrace,
+    RayTask,
     StragglerRow,
     TraceChunk,
     TraceSummary,
 )
+from rankscope.trace.tasks import idle_share, pending_too_long
 
 __all__ = [
     "CollectiveSlice",
@@ -38,6 +40,8 @@ DTYPE_BYTES = {
     "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1,
     "float8_e5m2": 1,
 }  # fmt: skip
+PENDING_AFTER_S = 10.0
+"""A Ray task of the job still pending after this long is a finding."""
 LATE_MARGIN_NS = 1_000_000
 """A rank is the last to arrive only when it came this much after the one before it (1 ms):
 ranks within a millisecond of each other keep pace, whoever happens to come last."""
@@ -84,9 +88,11 @@ def merge_chunks(status: ProbeStatus, chunks: Iterable[TraceChunk]) -> RankTrace
         trace.threads.update(chunk.threads)
         trace.main_thread = chunk.main_thread
         trace.dropped_spans = max(trace.dropped_spans, chunk.dropped_spans)
+        trace.missed_collectives = max(trace.missed_collectives, chunk.missed_collectives)
         trace.clock = chunk.clock or trace.clock
         trace.started_ns = trace.started_ns or chunk.started_ns
         trace.stopped_ns = chunk.stopped_ns or trace.stopped_ns
+        trace.errors.extend(chunk.errors)
         for record in chunk.collectives:
             calls[(record.group, record.seq, record.op, record.p2p, record.start)] = record
     trace.collectives = sorted(calls.values(), key=lambda r: r.start)
@@ -154,13 +160,17 @@ def _clipped(start: int, end: int, window: tuple[int, int]) -> int:
     return max(0, min(end, window[1]) - max(start, window[0]))
 
 
-def rank_summary(trace: RankTrace, slices: list[CollectiveSlice], end_ns: int) -> RankSummary:
-    """The rank's shares of its window, step times and collective counts."""
+def rank_summary(
+    trace: RankTrace, slices: list[CollectiveSlice], end_ns: int, *, task_events: bool = False
+) -> RankSummary:
+    """The rank's shares of its window, step times and collective counts; with Ray's task
+    events, the idle time between its tasks apart from its own work."""
     window = window_ns(trace, end_ns)
     length = window[1] - window[0]
     wait = sum(_clipped(s.start_ns, min(s.last_arrival_ns, s.end_ns), window) for s in slices)
     busy = sum(_clipped(s.start_ns, s.end_ns, window) for s in slices)
     transfer = max(0, busy - wait)
+    idle = idle_share(trace.tasks, window) if task_events else None
     steps = step_durations(trace)
     clock = trace.clock
     ctx = trace.status.context
@@ -169,7 +179,7 @@ def rank_summary(trace: RankTrace, slices: list[CollectiveSlice], end_ns: int) -
         rank=ctx.rank,
         node_ip=ctx.node_ip,
         window_s=length / 1e9,
-        user_share=max(0.0, 1.0 - busy / length),
+        user_share=max(0.0, 1.0 - busy / length - (idle or 0.0)),
         wait_share=wait / length,
         transfer_share=transfer / length,
         steps=len(steps),
@@ -181,6 +191,8 @@ def rank_summary(trace: RankTrace, slices: list[CollectiveSlice], end_ns: int) -
         dropped_spans=trace.dropped_spans,
         clock_offset_ms=None if clock is None else clock.offset_s * 1e3,
         clock_error_ms=None if clock is None else clock.error_s * 1e3,
+        idle_share=idle,
+        ray_tasks=len(trace.tasks),
     )
 
 
@@ -254,18 +266,32 @@ def summarize(
     events: int,
     dropped_events: int,
     missing: tuple[str, ...] = (),
+    tasks: list[RayTask] | None = None,
+    pending_after_s: float = PENDING_AFTER_S,
+    notes: tuple[str, ...] = (),
 ) -> TraceSummary:
-    """The summary `rankscope trace` prints: a row per rank, straggler scores, imbalance."""
-    rows = [rank_summary(t, s, end_ns) for t, s in zip(traces, slices, strict=True)]
+    """The summary `rankscope trace` prints: a row per rank, straggler scores, imbalance, Ray
+    tasks pending longer than `pending_after_s` (`tasks`: the job's, None without task events;
+    give each trace its own first with `tasks.attach_tasks`)."""
+    events_on = tasks is not None
+    rows = [
+        rank_summary(t, s, end_ns, task_events=events_on)
+        for t, s in zip(traces, slices, strict=True)
+    ]
     scores = stragglers(traces, slices)
     nodes = {
         ctx.rank: ctx.node_ip for ctx in (t.status.context for t in traces) if ctx.rank is not None
     }
     errors = [t.clock.error_s * 1e3 for t in traces if t.clock is not None]
-    notes = []
+    lines = list(notes)
     if any(t.clock is None for t in traces):
-        notes.append("some ranks had no clock estimate yet (no heartbeat reply): not aligned")
-    notes.append("idle time between Ray tasks is counted as user time (needs Ray's task events)")
+        lines.append("some ranks had no clock estimate yet (no heartbeat reply): not aligned")
+    if not events_on:
+        lines.append("idle time between Ray tasks is counted as user time (needs task events)")
+    pending = [
+        f"{t.name} ({t.task_id[:12]}) {t.state}, {(end_ns - t.submitted_ns) / 1e9:.0f} s pending"
+        for t in pending_too_long(tasks or [], end_ns, pending_after_s)
+    ]
     return TraceSummary(
         job_id=job_id,
         path=path,
@@ -273,12 +299,14 @@ def summarize(
         events=events,
         dropped_events=dropped_events,
         dropped_spans=sum(t.dropped_spans for t in traces),
+        missed_collectives=sum(t.missed_collectives for t in traces),
         clock_error_ms=max(errors) if errors else None,
         ranks=tuple(sorted(rows, key=lambda r: (r.rank is None, r.rank or 0, r.label))),
         stragglers=tuple(scores),
         node_imbalance=node_imbalance(scores, nodes),
         missing=missing,
-        notes=tuple(notes),
+        notes=tuple(lines),
+        pending_tasks=tuple(pending),
     )
 
 

@@ -49,7 +49,6 @@ class enable_detailed_tracing:  # a class used like a function: `with ...():`
         budget: int = DEFAULT_BUDGET,
         max_seconds: float = 3600.0,
     ) -> None:
-        self.ray_tasks = ray_tasks
         self.path: str | None = None
         self.summary: TraceSummary | None = None
         self._target = path
@@ -58,8 +57,9 @@ class enable_detailed_tracing:  # a class used like a function: `with ...():`
         self._job_id = ""
         self._restore: dict[str, Any] = {}
         options = TraceOptions(
-            ttl_s=max_seconds, steps=steps, collectives=collectives, memory_counters=memory_counters
-        )
+            ttl_s=max_seconds, steps=steps, collectives=collectives,
+            memory_counters=memory_counters, ray_tasks=ray_tasks,
+        )  # fmt: skip
         probes = self._probes(None if ranks is None else set(ranks))
         self._session = TraceSession(self._ask, probes, options)
         self._session.start(background=True)

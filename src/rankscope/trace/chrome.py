@@ -191,6 +191,8 @@ def _rank_events(w: _Writer, pid: int, trace: RankTrace, slices: list[Collective
         w.add(w.marks, "step", f'{mark},"ts":{at:.3f}}}')
     if slices:
         _collective_events(w, pid, label, slices)
+    if trace.tasks:
+        _task_events(w, pid, trace)
     for ts, rss, cuda, peak in trace.counters:
         values = {"rss_MiB": round(rss / MIB, 1)}
         if cuda is not None:
@@ -230,10 +232,35 @@ def _collective_events(w: _Writer, pid: int, label: str, slices: list[Collective
             w.add(w.marks, "wait", w.slice(pid, tid, "wait", s.start_ns, s.end_ns))
 
 
+def _task_events(w: _Writer, pid: int, trace: RankTrace) -> None:
+    """The Ray tasks this process ran, with their scheduling delay (submitted -> running)."""
+    fallback = (trace.stopped_ns or trace.started_ns) + trace.offset_ns
+    runs = sorted(
+        ((t.running_ns or 0, max(t.end_ns or fallback, t.running_ns or 0), t) for t in trace.tasks),
+        key=lambda r: (r[0], -r[1]),
+    )
+    lanes = assign_lanes([(s, e) for s, e, _ in runs])
+    tids: dict[int, int] = {}
+    for (start, end, task), lane in zip(runs, lanes, strict=True):
+        tid = tids.get(lane)
+        if tid is None:
+            name = f"{trace.label} · ray tasks" + (f" ({lane})" if lane else "")
+            tid = tids[lane] = w.track(pid, name)
+        args = {
+            "task_id": task.task_id, "type": task.kind, "state": task.state,
+            "scheduling_delay_ms": round((task.pending_ns or 0) / 1e6, 3),
+            "node_id": task.node_id, "worker_pid": task.worker_pid,
+        }  # fmt: skip
+        if task.error:
+            args["error"] = task.error
+        w.add(w.marks, "ray task", w.slice(pid, tid, task.name, start, end, _args(args)))
+
+
 def _base_ns(traces: list[RankTrace], slices: list[list[CollectiveSlice]]) -> int:
     starts = [t.started_ns + t.offset_ns for t in traces if t.started_ns]
     starts += [min(s[1] for s in t.spans) + t.offset_ns for t in traces if t.spans]
     starts += [s.start_ns for per in slices for s in per]
+    starts += [t.running_ns for trace in traces for t in trace.tasks if t.running_ns is not None]
     return min(starts) if starts else 0
 
 

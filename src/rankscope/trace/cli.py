@@ -40,6 +40,13 @@ def trace(
         str | None,
         typer.Option("-o", "--output", help="Trace file (.json, or .json.gz to compress)."),
     ] = None,
+    torch_profiler: Annotated[
+        bool,
+        typer.Option("--torch-profiler", help="Also run torch.profiler on the chosen ranks."),
+    ] = False,
+    steps: Annotated[
+        int, typer.Option("--steps", help="Steps torch.profiler records (rankscope.step()).")
+    ] = 2,
     budget_mb: Annotated[
         float, typer.Option("--budget-mb", help="Largest trace file; repeated spans sampled.")
     ] = 100.0,
@@ -55,11 +62,13 @@ def trace(
     from rankscope.trace.render import render_summary
 
     seconds = parse_duration(duration)
+    if steps < 1:
+        raise UserError(f"--steps {steps}: give at least 1 step for torch.profiler")
     if budget_mb <= 0:
         raise UserError(f"--budget-mb {budget_mb:g}: give a positive size in MiB")
     summary = record_trace(
         address, job, ranks, group, duration_s=seconds, path=output,
-        budget=int(budget_mb * 2**20),
+        budget=int(budget_mb * 2**20), torch_profiler_steps=steps if torch_profiler else 0,
     )  # fmt: skip
     if as_json:
         out.print_json(to_json("trace", summary))

@@ -22,13 +22,18 @@ from rankscope.ranks import parse_rank_spec
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 from rankscope.runtime.selection import filter_group, filter_ranks
-from rankscope.trace.analysis import merge_chunks, split_collectives, summarize
+from rankscope.trace.analysis import merge_chunks, split_collectives, summarize, window_ns
 from rankscope.trace.chrome import DEFAULT_BUDGET, ExportStats, render_trace
-from rankscope.trace.model import RankTrace, TraceChunk, TraceOptions, TraceSummary
+from rankscope.trace.model import RankTrace, RayTask, TraceChunk, TraceOptions, TraceSummary
+from rankscope.trace.tasks import attach_tasks, read_ray_tasks
 
 __all__ = ["TraceSession", "record_trace", "write_trace_file"]
 
 DRAIN_EVERY_S = 0.5
+FASTEST_DRAIN_S = 0.1
+RING_SHARE = 0.5
+"""Drain sooner when a worker's collectives since the last drain filled this share of the
+recorder's ring (2,000 calls)."""
 DEADLINE_S = 3.0
 TTL_SLACK_S = 30.0
 """Workers stop by themselves this long after the window should have ended."""
@@ -60,6 +65,7 @@ class TraceSession:
     session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     chunks: dict[str, list[TraceChunk]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    _last_interval: float = DRAIN_EVERY_S
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -77,12 +83,25 @@ class TraceSession:
         self.start()
         end = time.monotonic() + duration_s
         while (left := end - time.monotonic()) > 0:
-            time.sleep(min(DRAIN_EVERY_S, left))
+            time.sleep(min(self.interval, left))
             if end - time.monotonic() > 0.05:
                 self.drain()
         self.stop()
 
+    @property
+    def interval(self) -> float:
+        """Seconds to the next drain: sooner while collectives come fast enough to wrap the
+        recorder's ring before then."""
+        from rankscope.hang.recorder import DEFAULT_CAPACITY
+
+        fastest = max((c[-1].new_collectives for c in self.chunks.values() if c), default=0)
+        if fastest <= 0:
+            return DRAIN_EVERY_S
+        room = DEFAULT_CAPACITY * RING_SHARE / fastest  # drains' worth of headroom
+        return max(FASTEST_DRAIN_S, min(DRAIN_EVERY_S, self._last_interval * room))
+
     def drain(self) -> None:
+        self._last_interval = self.interval
         self._collect("drain", {})
 
     def stop(self) -> None:
@@ -104,12 +123,16 @@ class TraceSession:
         return out
 
     def missing(self) -> tuple[str, ...]:
-        """Processes that never answered, and processes whose last answer was an error."""
+        """Processes that never answered or whose last answer was an error, and errors the
+        workers reported (torch.profiler that could not start)."""
         labels = {p.info.probe_id: p.context.label for p in self.probes}
-        return tuple(f"{labels[i]}: {e}" for i, e in self.errors.items() if i in labels)
+        out = [f"{labels[i]}: {e}" for i, e in self.errors.items() if i in labels]
+        for pid, chunks in self.chunks.items():
+            out += [f"{labels.get(pid, pid)}: {e}" for c in chunks for e in c.errors]
+        return tuple(out)
 
     def _drain_loop(self) -> None:
-        while not self._stop.wait(DRAIN_EVERY_S):
+        while not self._stop.wait(self.interval):
             try:
                 self.drain()
             except Exception as exc:  # a hub hiccup: the next drain catches up
@@ -156,11 +179,25 @@ def write_trace_file(
     """Merge the session's chunks, write the trace (gzip when `path` ends in .gz), summarize."""
     traces = session.traces()
     end = end_ns if end_ns is not None else time.time_ns()
+    tasks: list[RayTask] | None = None
+    notes: list[str] = []
+    if session.options.ray_tasks and traces:
+        tasks, note = read_ray_tasks(job_id)
+        if note:
+            notes.append(note)
+        if not tasks and note:
+            tasks = None
+        else:
+            start = min(window_ns(t, end)[0] for t in traces)
+            outside = attach_tasks(traces, tasks or [], (start, end))
+            if outside:
+                notes.append(f"{outside} Ray tasks ran in processes outside the trace")
     slices = split_collectives(traces, end)
     stats = _write(path, traces, slices, budget, {"job_id": job_id, "session": session.session})
     return summarize(
         job_id, traces, slices, end, path=os.path.abspath(path), bytes_written=stats.bytes,
         events=stats.events, dropped_events=stats.dropped, missing=session.missing(),
+        tasks=tasks, notes=tuple(notes),
     )  # fmt: skip
 
 
@@ -187,6 +224,7 @@ def record_trace(
     duration_s: float,
     path: str | None,
     budget: int = DEFAULT_BUDGET,
+    torch_profiler_steps: int = 0,
 ) -> TraceSummary:
     """`rankscope trace`: record `duration_s` of the live job, write the trace, summarize."""
     if duration_s <= 0:
@@ -195,7 +233,9 @@ def record_trace(
         parse_rank_spec(ranks)  # a bad spec fails before Ray
     client = HubClient.attach(address)
     job_id, probes = choose_probes(client, job, ranks, group)
-    options = TraceOptions(ttl_s=duration_s + TTL_SLACK_S)
+    options = TraceOptions(
+        ttl_s=duration_s + TTL_SLACK_S, torch_profiler_steps=torch_profiler_steps
+    )
     session = TraceSession(hub_asker(client), probes, options)
     session.run(duration_s)
     if not session.chunks:

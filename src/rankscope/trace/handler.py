@@ -20,8 +20,9 @@ from rankscope.hang.recorder import collective_recorder
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.clock import ClockEstimate
 from rankscope.runtime.probe import register_handler, register_summary
-from rankscope.trace import spans
-from rankscope.trace.model import CounterTuple, TraceChunk, TraceOptions
+from rankscope.trace import profiler, spans
+from rankscope.trace.decorator import arg_repr
+from rankscope.trace.model import CounterTuple, SpanTuple, TraceChunk, TraceOptions
 
 __all__ = ["Session", "clock_estimate", "trace_command"]
 
@@ -41,6 +42,9 @@ class Session:
     seen_total: int
     """The collective recorder's call count at the previous drain."""
     stopped_ns: int | None = None
+    new_collectives: int = 0
+    missed_collectives: int = 0
+    dropped_profiled: int = 0
 
 
 _session: Session | None = None
@@ -72,6 +76,8 @@ def _start(session_id: str, options: TraceOptions) -> TraceChunk:
     if busy and current is not None and time.time() < current.expires:
         raise RuntimeError(f"already tracing for session {current.session}; try again later")
     ring = spans.start_recording(options.capacity, options.steps)
+    if options.torch_profiler_steps > 0:
+        profiler.request(options.torch_profiler_steps)
     session = Session(
         session=session_id,
         options=options,
@@ -85,6 +91,7 @@ def _start(session_id: str, options: TraceOptions) -> TraceChunk:
 
 
 def _stop(session: Session) -> None:
+    profiler.cancel()
     if spans.recording() is session.ring:
         spans.stop_recording()
     if session.stopped_ns is None:
@@ -93,23 +100,49 @@ def _stop(session: Session) -> None:
 
 def _chunk(session: Session) -> TraceChunk:
     taken, steps, dropped = session.ring.take()
+    profiled, profiled_threads, profiled_dropped, errors = profiler.take_events()
+    taken.extend(profiled)
+    session.dropped_profiled += profiled_dropped
     if session.stopped_ns is None and spans.recording() is not session.ring:
         session.stopped_ns = time.time_ns()  # stopped by itself (its steps were done)
     idents = {s[3] for s in taken} | {s[2] for s in steps}
     names = {t.ident: t.name for t in threading.enumerate() if t.ident in idents}
+    names.update(profiled_threads)
     return TraceChunk(
         session=session.session,
-        spans=tuple(taken),
+        spans=tuple(s if s[4] is None else _plain_attrs(s) for s in taken),
         steps=tuple(steps),
         collectives=_new_collectives(session) if session.options.collectives else (),
         counters=(_memory_sample(),) if session.options.memory_counters else (),
         threads=names,
         main_thread=threading.main_thread().ident or 0,
-        dropped_spans=dropped,
+        dropped_spans=dropped + session.dropped_profiled,
         clock=clock_estimate(),
         started_ns=session.started_ns,
         stopped_ns=session.stopped_ns,
+        new_collectives=session.new_collectives,
+        missed_collectives=session.missed_collectives,
+        errors=tuple(errors),
     )
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain_attrs(span: SpanTuple) -> SpanTuple:
+    """Attributes as JSON-ready values: a tensor (or anything else) as its bounded repr, so a
+    drain never ships data, nor fails to pickle."""
+    attrs = span[4] or {}
+    if all(isinstance(v, _PLAIN) for v in attrs.values()):
+        return span
+    plain = {k: v if isinstance(v, _PLAIN) else _repr(v) for k, v in attrs.items()}
+    return (span[0], span[1], span[2], span[3], plain)
+
+
+def _repr(value: Any) -> Any:
+    if isinstance(value, dict) and all(isinstance(v, _PLAIN) for v in value.values()):
+        return value  # debug_decorator's captured arguments: already bounded strings
+    return arg_repr(value)
 
 
 def _new_collectives(session: Session) -> tuple[CollectiveRecord, ...]:
@@ -119,6 +152,8 @@ def _new_collectives(session: Session) -> tuple[CollectiveRecord, ...]:
     total = recorder.total
     new = total - session.seen_total
     session.seen_total = total
+    session.new_collectives = new
+    session.missed_collectives += max(0, new - recorder.capacity)
     if new <= 0 and total == 0:
         return ()
     snapshot = recorder.snapshot(last=min(recorder.capacity, max(0, new) + IN_FLIGHT_SLACK))

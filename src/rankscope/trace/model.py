@@ -34,6 +34,35 @@ class TraceOptions:
     memory_counters: bool = True
     capacity: int = 200_000
     """Spans a worker keeps between two drains; older ones are dropped and counted."""
+    torch_profiler_steps: int = 0
+    """Also run torch.profiler for this many steps (0: not at all), started and stopped in the
+    training thread at `rankscope.step()` boundaries."""
+    ray_tasks: bool = True
+    """Add the job's Ray tasks from Ray's task events (the CLI side reads them; needs the
+    dashboard)."""
+
+
+@dataclass(frozen=True)
+class RayTask:
+    """One Ray task or actor method call, as Ray's task events tell it."""
+
+    task_id: str
+    name: str
+    kind: str
+    """NORMAL_TASK, ACTOR_TASK, ACTOR_CREATION_TASK, DRIVER_TASK."""
+    state: str
+    node_id: str
+    worker_pid: int | None
+    submitted_ns: int
+    running_ns: int | None
+    end_ns: int | None
+    parent_task_id: str = ""
+    error: str = ""
+
+    @property
+    def pending_ns(self) -> int | None:
+        """Scheduling delay: submitted -> running (None while it has not run)."""
+        return None if self.running_ns is None else self.running_ns - self.submitted_ns
 
 
 @dataclass(frozen=True)
@@ -55,6 +84,13 @@ class TraceChunk:
     """When this worker started recording (its own clock)."""
     stopped_ns: int | None
     """When it stopped (its own clock); None while it records."""
+    new_collectives: int = 0
+    """Collective calls since the previous drain (the CLI drains faster when they near the
+    recorder's ring size)."""
+    missed_collectives: int = 0
+    """Collective calls the recorder's ring overwrote before a drain reached them, so far."""
+    errors: tuple[str, ...] = ()
+    """What went wrong on the worker (e.g. torch.profiler could not start)."""
 
 
 @dataclass
@@ -69,10 +105,13 @@ class RankTrace:
     threads: dict[int, str] = field(default_factory=dict)
     main_thread: int = 0
     dropped_spans: int = 0
+    missed_collectives: int = 0
     clock: ClockEstimate | None = None
     started_ns: int = 0
     stopped_ns: int | None = None
     errors: list[str] = field(default_factory=list)
+    tasks: list[RayTask] = field(default_factory=list)
+    """The Ray tasks this process ran in the window (from Ray's task events)."""
 
     @property
     def offset_ns(self) -> int:
@@ -113,6 +152,9 @@ class RankSummary:
     dropped_spans: int
     clock_offset_ms: float | None
     clock_error_ms: float | None
+    idle_share: float | None = None
+    """Between Ray tasks (None without Ray's task events); not in `user_share`."""
+    ray_tasks: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,6 +182,8 @@ class TraceSummary:
     """Events left out to keep the file within the byte budget (sampled repeated spans)."""
     dropped_spans: int
     """Spans the workers' rings dropped before a drain reached them."""
+    missed_collectives: int
+    """Collective calls the recorders' rings overwrote before a drain reached them."""
     clock_error_ms: float | None
     """The largest clock error of the ranks in the trace: events line up within it."""
     ranks: tuple[RankSummary, ...]
@@ -149,7 +193,9 @@ class TraceSummary:
     missing: tuple[str, ...] = ()
     """Processes that did not answer (or answered with an error), with why."""
     notes: tuple[str, ...] = ()
+    pending_tasks: tuple[str, ...] = ()
+    """Ray tasks of the job pending longer than the threshold, with their state."""
 
     @property
     def ok(self) -> bool:
-        return not any(s.is_straggler for s in self.stragglers)
+        return not self.pending_tasks and not any(s.is_straggler for s in self.stragglers)

@@ -36,23 +36,28 @@ def render_summary(summary: TraceSummary) -> RenderableType:
             style="bold",
         )
     )
-    if summary.dropped_events or summary.dropped_spans:
+    if summary.dropped_events or summary.dropped_spans or summary.missed_collectives:
         lines.append(
             Text(
                 f"left out: {summary.dropped_events} events over the byte budget (repeated "
-                f"spans sampled), {summary.dropped_spans} spans dropped by full worker rings",
+                f"spans sampled), {summary.dropped_spans} spans dropped by full worker rings, "
+                f"{summary.missed_collectives} collectives overwritten before a drain",
                 style="yellow",
             )
         )
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    for column in ("rank", "user", "wait", "transfer", "steps", "step ms p50", "p90", "last in"):
+    idle = any(r.idle_share is not None for r in summary.ranks)
+    columns = ["rank", "user", "wait", "transfer", *(["idle"] if idle else [])]
+    for column in (*columns, "steps", "step ms p50", "p90", "last in"):
         table.add_column(column, justify="left" if column == "rank" else "right")
     for row in summary.ranks:
+        idle_cell = [_pct(row.idle_share or 0.0)] if idle else []
         table.add_row(
             row.label,
             _pct(row.user_share),
             _pct(row.wait_share),
             _pct(row.transfer_share),
+            *idle_cell,
             str(row.steps),
             _ms(row.step_median_s),
             _ms(row.step_p90_s),
@@ -68,6 +73,8 @@ def render_summary(summary: TraceSummary) -> RenderableType:
         lines.append(
             Text(f"load imbalance across nodes: {summary.node_imbalance:.2f}x", style="yellow")
         )
+    for pending in summary.pending_tasks:
+        lines.append(Text(f"pending Ray task: {pending}", style="bold red"))
     for missing in summary.missing:
         lines.append(Text(f"no trace from {missing}", style="yellow"))
     for note in summary.notes:
