@@ -127,3 +127,40 @@ def test_the_page_is_self_contained():
     page = render_html(build_report(data, NOW))
     assert "<script" not in page and "http://" not in page and "https://" not in page
     assert "default-src 'none'" in page  # the browser refuses any request the page would make
+
+
+def test_active_alerts_and_the_first_nan_are_findings_and_traces_say_how_to_open_them():
+    burst = "rank 1: 12 ERROR records in 60 s"
+    data = RunData(
+        "job1",
+        "d",
+        events=(
+            _event("monitor.non_finite", {"step": 12, "what": "grad_norm on rank 1"}, NOW - 40),
+            _event(
+                "alert",
+                {
+                    "rule": "memory",
+                    "severity": "warning",
+                    "rank": 2,
+                    "message": "rank 2: host memory at 93%",
+                },
+                NOW - 30,
+            ),
+            _event(
+                "alert",
+                {"rule": "errors", "severity": "error", "rank": 1, "message": burst},
+                NOW - 20,
+            ),
+            _event("alert_resolved", {"rule": "memory", "rank": 2}, NOW - 10),
+        ),
+        files=(("events.jsonl", 100), ("trace-20261203-140000.json", 2**20)),
+    )
+    report = build_report(data, NOW)
+    assert report.verdict.startswith("first non-finite value: grad_norm on rank 1 at step 12")
+    by_key = {s.key: s for s in report.sections}
+    assert by_key["alerts"].findings == (burst,)  # the memory alert was resolved
+    assert by_key["alerts"].summary == "2 alerts, 1 active"
+    trace_row = by_key["files"].tables[0].rows[1]
+    assert trace_row[0].startswith("trace-") and "ui.perfetto.dev" in trace_row[2]
+    [error] = [i for i in report.timeline if i.text == burst]
+    assert error.severity is Severity.FAIL and error.who == "rank 1"

@@ -8,7 +8,7 @@ from typing import Any
 from rankscope.report.model import RunData, RunReport, Section, Severity, TimelineItem
 from rankscope.report.sections import SECTIONS, consistency_line, process_label
 
-VERDICT_ORDER = ("hang", "stacks", "ranks", "consistency", "memory", "debug")
+VERDICT_ORDER = ("hang", "stacks", "ranks", "consistency", "monitor", "memory", "alerts", "debug")
 """Whose finding becomes the page's first sentence: a hang explains the deaths that follow it."""
 MAX_TIMELINE = 500
 """Timeline items at most: every warning and failure first, then the rest, evenly thinned."""
@@ -53,7 +53,7 @@ def verdict(sections: Iterable[Section], data: RunData) -> str:
     seen = "; ".join(
         f"{s.title.lower()}: {s.summary}"
         for s in by_key.values()
-        if s.key not in ("ranks", "events")
+        if s.key not in ("ranks", "events", "files")
     )
     return "no finding: no hang, no dead rank, no inconsistency, no memory verdict" + (
         f" ({seen})" if seen else ""
@@ -92,9 +92,10 @@ def _item(event: Mapping[str, Any], who: Mapping[str, str]) -> TimelineItem:
     kind = str(event.get("kind", "?"))
     payload = event.get("payload") or {}
     text, severity = _describe(kind, payload)
-    return TimelineItem(
-        float(event.get("time", 0.0)), kind, text, severity, who.get(str(event.get("probe_id")), "")
-    )
+    sender = who.get(str(event.get("probe_id")), "")
+    if not sender and payload.get("rank") is not None:
+        sender = f"rank {payload['rank']}"
+    return TimelineItem(float(event.get("time", 0.0)), kind, text, severity, sender)
 
 
 def _describe(kind: str, payload: Mapping[str, Any]) -> tuple[str, Severity]:

@@ -33,8 +33,15 @@ def collect_run(
             return RunData(job_id=job or "?", source=os.path.abspath(path))
         run_dir, job_id = os.path.split(job_dir)
         events = tuple(tail_events(run_dir, job_id, EVERY_KIND, EVENT_LIMIT))
-        artifacts, skipped = read_reports(run_dir, job_id)
-        return RunData(job_id, os.path.abspath(job_dir), events, artifacts, notes=tuple(skipped))
+        artifacts, skipped, files = read_reports(run_dir, job_id)
+        return RunData(
+            job_id,
+            os.path.abspath(job_dir),
+            events,
+            artifacts,
+            files=tuple(files),
+            notes=tuple(skipped),
+        )
     return _from_hub(address, job, live=live)
 
 
@@ -73,7 +80,7 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
     client = HubClient.attach(address)
     job_id = next(iter(client.jobs(job)))
     events = tuple(client.events(job_id, EVERY_KIND, EVENT_LIMIT))
-    artifacts, skipped = client.reports(job_id)  # read on the hub's node, wherever that is
+    artifacts, skipped, files = client.reports(job_id)  # read on the hub's node, wherever it is
     job_dir = os.path.join(client.info().run_dir, job_id)
     [status] = job_statuses(address, job_id)
     processes = tuple(plain(p) for p in status.processes)
@@ -88,6 +95,7 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
         f"the hub ({job_dir})",
         events,
         artifacts,
+        files=tuple(files),
         processes=processes,
         deaths=status.deaths,
         first_death=status.first_death,

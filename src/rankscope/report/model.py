@@ -76,6 +76,8 @@ class RunData:
     events: tuple[dict[str, Any], ...] = ()
     artifacts: dict[str, Any] = field(default_factory=dict)
     """Parsed JSON artifacts of the run directory by file name (hang and memory reports)."""
+    files: tuple[tuple[str, int], ...] = ()
+    """Every file of the job's run directory with its size (traces included)."""
     processes: tuple[dict[str, Any], ...] = ()
     """The live registry (`status --json`'s processes), empty when the job is not live."""
     deaths: dict[str, str] = field(default_factory=dict)

@@ -183,6 +183,77 @@ def debug_section(data: RunData, now: float) -> Section | None:
     return Section("debug", "Debug sessions", findings, summary, (table,))
 
 
+def alerts_section(data: RunData, now: float) -> Section | None:
+    """Alerts the ranks raised (`rankscope alerts`): the ones still active are findings."""
+    raised = [e for e in data.events if e.get("kind") in ("alert", "alert_resolved")]
+    if not raised:
+        return None
+    last: dict[tuple[str, Any], Mapping[str, Any]] = {}
+    for e in sorted(raised, key=lambda e: e.get("time", 0.0)):
+        p = e.get("payload") or {}
+        key = (str(p.get("rule")), p.get("rank"))
+        if e["kind"] == "alert":
+            last[key] = {**p, "resolved": False}
+        elif key in last:
+            last[key] = {**last[key], "resolved": True}
+    alerts = [a for a in last.values() if "message" in a]
+    active = [a for a in alerts if not a["resolved"]]
+    rows = tuple(
+        (
+            str(a.get("severity", "")),
+            str(a.get("rule", "")),
+            "-" if a.get("rank") is None else str(a["rank"]),
+            str(a.get("message", "")),
+            "resolved" if a["resolved"] else "active",
+        )
+        for a in sorted(alerts, key=lambda a: (a["resolved"], str(a.get("severity"))))
+    )
+    findings = tuple(str(a["message"]) for a in active[:8])
+    table = Table(("severity", "rule", "rank", "message", "state"), rows[:MAX_ROWS])
+    return Section(
+        "alerts", "Alerts", findings, f"{len(alerts)} alerts, {len(active)} active", (table,)
+    )
+
+
+def monitor_section(data: RunData, now: float) -> Section | None:
+    """The training monitors' events: the first non-finite value and the like."""
+    seen = [e for e in data.events if str(e.get("kind", "")).startswith("monitor.")]
+    if not seen:
+        return None
+    findings = []
+    for e in seen:
+        p = e.get("payload") or {}
+        if e["kind"] == "monitor.non_finite":
+            findings.append(f"first non-finite value: {p.get('what')} at step {p.get('step')}")
+        else:
+            findings.append(str(p.get("message") or p.get("summary") or e["kind"]))
+    return Section("monitor", "Training health", tuple(findings[:8]), f"{len(seen)} monitor events")
+
+
+def files_section(data: RunData, now: float) -> Section | None:
+    """Every file the run left, and how to open it (traces in Perfetto)."""
+    if not data.files:
+        return None
+    rows = tuple((name, human_bytes(size), _opened_with(name)) for name, size in data.files)
+    return Section(
+        "files",
+        "Files of the run",
+        (),
+        f"{len(rows)} files",
+        (Table(("file", "size", "open with"), rows[-MAX_ROWS:]),),
+    )
+
+
+def _opened_with(name: str) -> str:
+    if name.startswith("trace-"):
+        return "Perfetto: ui.perfetto.dev, Open trace file (or chrome://tracing)"
+    if name.endswith(".html"):
+        return "a browser"
+    if name == "events.jsonl":
+        return "rankscope events"
+    return "rankscope report (read above)" if name.endswith(".json") else ""
+
+
 def events_section(data: RunData, now: float) -> Section | None:
     """How many events of each kind the run wrote (every feature's, known or not)."""
     if not data.events:
@@ -200,7 +271,10 @@ SECTIONS: tuple[Callable[[RunData, float], Section | None], ...] = (
     stacks_section,
     consistency_section,
     memory_section,
+    monitor_section,
+    alerts_section,
     debug_section,
+    files_section,
     events_section,
 )
 """In the order the page shows them."""

@@ -154,10 +154,9 @@ class HubClient:
     ) -> list[dict[str, Any]]:
         return self._get(self.handle.read_events.remote(job_id, kinds, limit))
 
-    def reports(self, job_id: str) -> tuple[dict[str, Any], list[str]]:
-        """The job's JSON reports from the run directory, read on the hub's node."""
-        found: tuple[dict[str, Any], list[str]] = self._get(self.handle.read_reports.remote(job_id))
-        return found
+    def reports(self, job_id: str) -> tuple[dict[str, Any], list[str], list[tuple[str, int]]]:
+        """The job's JSON reports and files from the run directory, read on the hub's node."""
+        return self._get(self.handle.read_reports.remote(job_id))
 
     def info(self) -> HubInfo:
         return self._get(self.handle.info.remote())

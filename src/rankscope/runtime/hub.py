@@ -144,7 +144,9 @@ class Hub:
         """The job's last `limit` events (of `kinds`, by prefix, when given), oldest first."""
         return await asyncio.to_thread(tail_events, self._run_dir, job_id, kinds, limit)
 
-    async def read_reports(self, job_id: str) -> tuple[dict[str, Any], list[str]]:
+    async def read_reports(
+        self, job_id: str
+    ) -> tuple[dict[str, Any], list[str], list[tuple[str, int]]]:
         """The job's JSON reports in the run directory (see `run_dir.read_reports`)."""
         return await asyncio.to_thread(read_reports, self._run_dir, job_id)
 

@@ -202,17 +202,25 @@ REPORTS_READ = 20
 """JSON reports read back at most (the newest)."""
 REPORT_BYTES = 32 << 20
 """A JSON report bigger than this is not read back (named instead)."""
+TRACE_PREFIX = "trace-"
+"""Trace-event files (`rankscope trace`, `enable_detailed_tracing`): opened in Perfetto."""
 
 
-def read_reports(run_dir: str, job_id: str) -> tuple[dict[str, Any], list[str]]:
+def read_reports(
+    run_dir: str, job_id: str
+) -> tuple[dict[str, Any], list[str], list[tuple[str, int]]]:
     """The newest JSON reports of a job (`hang-report-*.json`, `memory-profile-*.json`, ...),
-    parsed, by file name; and what could not be read, one line each."""
+    parsed, by file name; what could not be read, one line each; and every file of the job
+    directory with its size (traces are listed, not read: they are for Perfetto)."""
     job_dir = os.path.join(run_dir, job_id or "no-job")
     try:
-        names = [n for n in os.listdir(job_dir) if n.endswith(".json")]
+        files = sorted(
+            ((n, os.path.getsize(os.path.join(job_dir, n))) for n in os.listdir(job_dir)),
+            key=lambda f: os.path.getmtime(os.path.join(job_dir, f[0])),
+        )
     except OSError:
-        return {}, []
-    names.sort(key=lambda n: os.path.getmtime(os.path.join(job_dir, n)))
+        return {}, [], []
+    names = [n for n, _ in files if n.endswith(".json") and not n.startswith(TRACE_PREFIX)]
     reports: dict[str, Any] = {}
     skipped: list[str] = []
     for name in names[-REPORTS_READ:]:
@@ -225,4 +233,4 @@ def read_reports(run_dir: str, job_id: str) -> tuple[dict[str, Any], list[str]]:
                 reports[name] = json.load(f)
         except (OSError, ValueError) as exc:
             skipped.append(f"{name}: unreadable ({type(exc).__name__}), skipped")
-    return reports, skipped
+    return reports, skipped, [f for f in files if not f[0].startswith(".")]

@@ -1,0 +1,131 @@
+"""The monitor on a real Ray cluster with gloo and the demo's model: 3 ranks, one run with every
+fault the issue names, then `rankscope monitor`, `rankscope top --json` and a Prometheus scrape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import ray
+
+from conftest import WORKER_NODE_RESOURCE
+from helpers import cluster_address, run_cli, wait_registered
+from workers import form_group
+from workers_monitor import MonitoredRank
+
+STEPS = 80
+
+
+@pytest.fixture(scope="module")
+def monitored(cluster):
+    """Rank 2 sleeps 40 ms a step; rank 1 goes NaN at step 12 and enters all_reduce 100 ms late
+    at step 60; rank 0's loss spikes 10x at step 30; from step 50 every rank has 30% fewer
+    tokens."""
+    actor = ray.remote(num_cpus=0)(MonitoredRank)
+    common = {"fewer_tokens_from": 50}
+    actors = [
+        actor.remote(0, 3, spike_step=30, **common),
+        actor.remote(1, 3, nan_step=12, late_step=60, late_s=0.1, **common),
+        actor.options(resources={WORKER_NODE_RESOURCE: 1}).remote(2, 3, sleep_s=0.04, **common),
+    ]
+    pids = ray.get([a.pid.remote() for a in actors], timeout=120)
+    wait_registered(pids, ranked=True)
+    form_group(actors)
+    ray.get([a.train.remote(STEPS) for a in actors], timeout=120)
+    yield actors, pids
+    for a in actors:
+        ray.kill(a)
+
+
+def test_monitor_names_every_fault(monitored):
+    result = run_cli("monitor", "--address", cluster_address(), "--json")
+    assert result.returncode == 1, result.stderr
+    (job,) = [j for j in json.loads(result.stdout)["data"] if j["ranks"] == 3]
+    found = {(f["kind"], tuple(f["ranks"])): f for f in job["findings"]}
+    (scores,) = job["stragglers"].values()
+    drift = [f for (k, _), f in found.items() if k == "throughput_drift"]
+    spike = found.get(("loss_spike", (0,)), {})
+    nan = found.get(("non_finite", (1,)), {})
+    late = [f for (k, r), f in found.items() if k == "collective_latency" and r == (1,)]
+    problems = {
+        "rank 2 is the straggler": "rank 2 computes"
+        in found.get(("straggler", (2,)), {}).get("evidence", ""),
+        "rank 2 scores worst": scores[0]["rank"] == 2 and scores[0]["relative"] > 2,
+        # last wherever the ranks waited (the other all_reduces of a step are ties)
+        "rank 2 arrives last": scores[0]["last_arrival_share"] > 0.8,
+        "drift at step 50": bool(drift) and all(f["step"] == 50 for f in drift),
+        "drift of 30% fewer tokens": bool(drift)
+        and "tokens per step 512 -> 358" in drift[0]["evidence"]
+        and drift[0]["value"] < -0.15,
+        "spike at step 30": spike.get("step") == 30,
+        "first NaN on rank 1 at 12": nan.get("step") == 12,
+        "in module 0": "activation in 0 (output)" in nan.get("evidence", ""),
+        "rank 1 late": bool(late) and "entered all_reduce" in late[0]["evidence"],
+    }
+    assert all(problems.values()), (problems, job)
+
+
+def test_top_json_lists_every_rank_worst_first(monitored):
+    _actors, pids = monitored
+    result = run_cli("top", "--address", cluster_address(), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [r for j in json.loads(result.stdout)["data"] for r in j["ranks"] if r["pid"] in pids]
+    assert sorted(r["rank"] for r in rows) == [0, 1, 2]
+    assert all(r["step"] == STEPS and r["tokens_per_s"] > 0 for r in rows)
+    mine = [r["rank"] for r in rows]
+    assert mine[0] in (1, 2)  # rank 1 has alerts (its NaN), rank 2 is the straggler
+
+
+def test_prometheus_scrape_has_the_metrics_with_the_rank_label(monitored):
+    import socket
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rankscope.monitor.prometheus import start_exporter
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    exporter = start_exporter(port)
+    try:
+        assert ray.get(exporter.port.remote(), timeout=60) == port
+        url = f"http://127.0.0.1:{port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        job = ray.get_runtime_context().get_job_id()
+        steps = {
+            s.labels["rank"]: s.value
+            for s in families["rankscope_step"].samples
+            if s.labels["job"] == job
+        }
+        assert steps == {"0": STEPS, "1": STEPS, "2": STEPS}, text[:2000]
+        scores = {
+            s.labels["rank"]: s.value
+            for s in families["rankscope_straggler_score"].samples
+            if s.labels["job"] == job
+        }
+        assert max(scores, key=scores.__getitem__) == "2"
+        assert {"rankscope_tokens_per_second", "rankscope_loss", "rankscope_alerts"} <= set(
+            families
+        )
+    finally:
+        ray.kill(exporter)
+
+
+def test_comm_bench_refuses_a_live_jobs_nodes_then_measures_with_live(monitored):
+    refused = run_cli("comm-bench", "--address", cluster_address(), "--budget", "2")
+    assert refused.returncode == 2 and "--live" in refused.stderr, refused.stderr
+    result = run_cli(
+        "comm-bench", "--address", cluster_address(), "--live", "--budget", "2",
+        "--max-bytes", "262144", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    bench = json.loads(result.stdout)["data"]
+    assert bench["backend"] == "gloo" and len(bench["nodes"]) == 2
+    assert "live" in bench["note"]
+    ops = {c["op"] for c in bench["collectives"]}
+    assert ops == {"all_reduce", "all_gather"}
+    assert all(c["busbw_gbs"] > 0 for c in bench["collectives"])
+    (pair,) = bench["pairs"]
+    assert pair["latency_s"] > 0 and pair["bandwidth_gbs"] > 0
