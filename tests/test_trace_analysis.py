@@ -240,12 +240,14 @@ def test_ray_tasks_go_to_their_worker_with_scheduling_delay_idle_and_pending():
         task_state("eval", 1001, T0 + 0.1, T0 + 0.3, T0 + 1.9),
         task_state("elsewhere", 4242, T0, T0 + 0.1, T0 + 0.2),
         task_state("stuck", 0, T0 - 30, None, None),
+        {**task_state("child", 1002, T0 + 0.5, T0 + 0.6, T0 + 0.7), "parent_task_id": "t-train"},
     ]
     tasks = [t for t in (ray_task(s) for s in states) if t is not None]
     assert tasks[1].pending_ns is not None and abs(tasks[1].pending_ns - 0.2e9) < 1e3
     end = round((T0 + 2) * 1e9)
     outside = attach_tasks(traces, tasks, (round(T0 * 1e9), end))
     assert outside == 1
+    assert [t.name for t in traces[2].tasks] == ["child"]
     assert [t.name for t in traces[0].tasks] == ["train"]
     slices = split_collectives(traces, end)
     summary = summarize("job", traces, slices, end, path="x", bytes_written=0, events=0,
@@ -261,6 +263,11 @@ def test_ray_tasks_go_to_their_worker_with_scheduling_delay_idle_and_pending():
     assert trace_problems(doc) == []
     [train] = [e for e in doc["traceEvents"] if e["name"] == "train"]
     assert train["args"]["scheduling_delay_ms"] == 100.0 and train["args"]["worker_pid"] == 1000
+    [child] = [e for e in doc["traceEvents"] if e["name"] == "child"]
+    start, finish = (e for e in doc["traceEvents"] if e.get("cat") == "ray")
+    assert start["ph"] == "s" and (start["pid"], start["tid"]) == (train["pid"], train["tid"])
+    assert train["ts"] <= start["ts"] <= train["ts"] + train["dur"]  # submitted inside "train"
+    assert finish["ph"] == "f" and (finish["tid"], finish["ts"]) == (child["tid"], child["ts"])
 
 
 def test_durations_parse_with_units_and_bad_ones_say_how():

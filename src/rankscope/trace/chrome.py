@@ -104,6 +104,8 @@ class _Writer:
         self.marks: list[Item] = []
         self.spans: list[Item] = []
         self._names: dict[str, str] = {}
+        self.task_tracks: dict[str, tuple[int, int, int, int]] = {}
+        """Task id -> (pid, tid, running, end) of its slice, for flow arrows."""
         self._tid = 0
 
     def name(self, text: str) -> str:
@@ -254,6 +256,28 @@ def _task_events(w: _Writer, pid: int, trace: RankTrace) -> None:
         if task.error:
             args["error"] = task.error
         w.add(w.marks, "ray task", w.slice(pid, tid, task.name, start, end, _args(args)))
+        w.task_tracks[task.task_id] = (pid, tid, start, end)
+
+
+def _flows(w: _Writer, traces: list[RankTrace]) -> None:
+    """An arrow from each traced task's submission, inside its parent's slice, to its run."""
+    flow = 0
+    for trace in traces:
+        for task in trace.tasks:
+            parent = w.task_tracks.get(task.parent_task_id)
+            child = w.task_tracks.get(task.task_id)
+            if parent is None or child is None or task.running_ns is None:
+                continue
+            ppid, ptid, pstart, pend = parent
+            at = min(max(task.submitted_ns, pstart), pend)
+            flow += 1
+            common = f'"cat":"ray","name":"submit","id":{flow}'
+            start_ts = f"{(at - w.base) / 1000:.3f}"
+            end_ts = f"{(child[2] - w.base) / 1000:.3f}"
+            start = f'"pid":{ppid},"tid":{ptid},"ts":{start_ts}'
+            end = f'"pid":{child[0]},"tid":{child[1]},"ts":{end_ts}'
+            w.add(w.marks, "flow", f'{{"ph":"s",{common},{start}}}')
+            w.add(w.marks, "flow", f'{{"ph":"f","bp":"e",{common},{end}}}')
 
 
 def _base_ns(traces: list[RankTrace], slices: list[list[CollectiveSlice]]) -> int:
@@ -289,6 +313,7 @@ def render_trace(
     for i in order:
         trace = traces[i]
         _rank_events(w, pids[trace.status.context.node_id], trace, slices[i])
+    _flows(w, traces)
     clocks = {
         t.label: None if t.clock is None else
         {"offset_ms": round(t.clock.offset_s * 1e3, 3), "error_ms": round(t.clock.error_s * 1e3, 3)}
