@@ -219,3 +219,25 @@ def test_torch_profiler_runs_in_the_training_thread_for_the_steps_asked():
     assert len(mm) == 2  # two profiled steps, one matmul each
     assert all(mine[1] - 5_000_000 <= s[1] <= time.time_ns() for s in mm)  # same clock
     assert start.started_ns <= min(s[1] for s in mm)
+
+
+def test_debug_level_full_captures_arguments_and_off_stops_tracing(ring):
+    from rankscope import level
+
+    @rankscope.debug_decorator
+    def f(x: int) -> int:
+        return x
+
+    try:
+        level.set_level("full")
+        f(7)
+        [(_, _, _, _, attrs)] = ring.take()[0]
+        assert attrs["args"] == {"x": "7"} and "rss_delta_bytes" in attrs
+        spans.stop_recording()
+        handler.trace_command({"action": "start", "session": "s6", "options": TraceOptions()})
+        level.set_level("off")
+        assert spans.recording() is None  # the window stopped with the level
+        with pytest.raises(RuntimeError, match="level is off"):
+            handler.trace_command({"action": "start", "session": "s7", "options": TraceOptions()})
+    finally:
+        level.set_level("light")

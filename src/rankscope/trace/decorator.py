@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from rankscope import level
 from rankscope.runtime.api import current_probe
 from rankscope.trace import spans
 
@@ -111,8 +112,9 @@ def debug_decorator(
     """A span around every call, with its arguments, time and memory delta when asked.
 
     Example: `@rankscope.debug_decorator(capture_args=True, memory_monitoring=True)`.
-    Arguments and memory are taken on every `sample_every`-th call (memory costs ~10 us); the
-    span itself only while tracing is on. Usable bare: `@rankscope.debug_decorator`.
+    Arguments and memory are taken on every `sample_every`-th call (memory costs ~10 us), and
+    also while the debug level is `full` (`rankscope level full`); the span itself only while
+    tracing is on. Usable bare: `@rankscope.debug_decorator`.
     """
     if callable(capture_args):  # bare `@debug_decorator`
         return debug_decorator()(capture_args)
@@ -127,12 +129,12 @@ def debug_decorator(
             calls[0] += 1
             sampled = (calls[0] - 1) % sample_every == 0
             capture = None
-            if capture_args and sampled:
+            if (capture_args or level.FULL) and sampled:  # `rankscope level full` captures too
                 try:
                     capture = _captured(fn, args, kwargs)
                 except Exception:
                     capture = None
-            return _Call(sampled, memory_monitoring, capture)
+            return _Call(sampled, memory_monitoring or level.FULL, capture)
 
         def end(call: _Call, error: BaseException | None) -> None:
             try:

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from rankscope import level
 from rankscope.hang.model import CollectiveRecord
 from rankscope.hang.recorder import collective_recorder
 from rankscope.runtime.api import current_probe
@@ -71,6 +72,8 @@ def trace_command(args: dict[str, Any]) -> TraceChunk:
 
 def _start(session_id: str, options: TraceOptions) -> TraceChunk:
     global _session
+    if not level.RECORDING:
+        raise RuntimeError("rankscope's level is off here: `rankscope level light` first")
     current = _session
     busy = current is not None and current.stopped_ns is None and current.session != session_id
     if busy and current is not None and time.time() < current.expires:
@@ -184,6 +187,15 @@ def clock_estimate() -> ClockEstimate | None:
     """This process's clock offset to the hub, as its probe estimates it (None: no probe)."""
     probe = current_probe()
     return None if probe is None else probe.clock.estimate()
+
+
+@level.on_change
+def _level_changed(value: str) -> None:
+    """Level `off` stops a recording window at once (the CLI's next drain gets the rest)."""
+    session = _session
+    if value == "off" and session is not None and session.stopped_ns is None:
+        with _lock:
+            _stop(session)
 
 
 @register_summary("clock")
