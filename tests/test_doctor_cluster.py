@@ -115,3 +115,22 @@ def test_runtime_env_checks_in_the_jobs_environment(cluster, tmp_path):
             in (nccl["summary"])
         )
     assert data["cluster"]["runtime_env"] == str(env)
+
+
+def test_config_lint_against_the_cluster_counts_its_gpus(cluster, tmp_path):
+    """The session cluster declares no GPU: a config that wants 1 x 8 cannot run on it."""
+    config = tmp_path / "trainer.yaml"
+    config.write_text(
+        "data: {train_batch_size: 16}\n"
+        "actor_rollout_ref:\n  actor: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 1}\n"
+        "  rollout: {n: 1, tensor_model_parallel_size: 2}\n"
+        "trainer: {nnodes: 1, n_gpus_per_node: 8}\n"
+    )
+    result = CliRunner().invoke(
+        cli.app, ["doctor", "--config", str(config), "--address", cluster.address, "--json"]
+    )
+    assert result.exit_code == 1, result.output
+    rows = {r["rule"]: r for r in json.loads(result.stdout)["data"]["rules"]}
+    gpus = rows["GPUs in the cluster"]
+    assert gpus["status"] == "fail"
+    assert gpus["message"].startswith("1 x 8 = 8 GPUs wanted; the cluster has 0")
