@@ -261,6 +261,12 @@ def _shape(model_dir):
     return shape
 
 
+def test_a_relative_checkpoint_dir_on_several_nodes(tmp_path, model_dir):
+    row = _rows(lint(_config(tmp_path, model_dir), ["trainer.nnodes=2"]))["checkpoint dir"]
+    assert row.status.value == "warn" and "checkpoints/gsm8k is relative" in row.message
+    assert row.fix == {"trainer.default_local_dir": "/shared/checkpoints/gsm8k"}
+
+
 def test_largest_divisor():
     assert [largest_divisor_at_most(28, d) for d in (8, 7, 3, 1)] == [7, 7, 2, 1]
 

@@ -339,6 +339,26 @@ def rollout_kv_cache(plan: Plan, ctx: LintContext) -> RuleResult:
     return _ok(name, f"needs {human_bytes(e.kv_cache_needed)} of {human_bytes(room)}")
 
 
+def checkpoint_dir(plan: Plan, ctx: LintContext) -> RuleResult:
+    name = "checkpoint dir"
+    path = plan.checkpoint_dir
+    if not path:
+        return _skip(name, "trainer.default_local_dir not set")
+    keys = {KEYS["checkpoint_dir"]: path, KEYS["nnodes"]: plan.nnodes}
+    if plan.nnodes > 1 and not path.startswith(("/", "~", "$", "hdfs://", "s3://", "gs://")):
+        return RuleResult(
+            name,
+            Status.WARN,
+            f"{path} is relative: on {plan.nnodes} nodes each rank writes under its own working "
+            "directory, and a resume on another node finds nothing",
+            keys,
+            {KEYS["checkpoint_dir"]: f"/shared/{path}"},
+        )
+    return _ok(
+        name, f"{path}: check every node sees it with `rankscope doctor --shared-path {path}`"
+    )
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("train batch / mini batch", batch_divisible),
     ("actor micro batch", actor_share),
@@ -351,6 +371,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("bf16 on the GPUs", bf16_hardware),
     ("memory per GPU", memory_per_gpu),
     ("rollout KV cache", rollout_kv_cache),
+    ("checkpoint dir", checkpoint_dir),
 )
 """(name, rule): the report's rows, in this order."""
 
