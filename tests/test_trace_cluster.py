@@ -5,6 +5,8 @@ traces its actors' `debug_decorator` calls across both nodes."""
 from __future__ import annotations
 
 import json
+import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -156,23 +158,24 @@ class Tracer:
         return float(batch.sum())
 
 
-def test_enable_detailed_tracing_traces_the_driver_and_decorated_actor_calls(cluster, tmp_path):
+def test_enable_detailed_tracing_traces_the_driver_and_decorated_actor_calls(cluster):
     actor = ray.remote(num_cpus=0)(Tracer)
     actors = [
         actor.remote(0),
         actor.options(resources={WORKER_NODE_RESOURCE: 1}).remote(1),
     ]
     assert ray.get([a.registered.remote() for a in actors], timeout=180) == [True, True]
-    path = tmp_path / "api.json"
     try:
-        tracing = rankscope.enable_detailed_tracing(path=str(path))
+        tracing = rankscope.enable_detailed_tracing()
         with tracing, rankscope.span("driver step"):
             assert ray.get([a.forward.remote(torch.ones(3, 5)) for a in actors]) == [15.0] * 2
     finally:
         for a in actors:
             ray.kill(a)
-    assert tracing.path == str(path)
-    doc = json.loads(path.read_text())
+    # written to the job's run directory, through the hub (on this machine in the tests)
+    run_dir = os.environ["RANKSCOPE_RUN_DIR"]
+    assert tracing.path is not None and tracing.path.startswith(run_dir), tracing.path
+    doc = json.loads(pathlib.Path(tracing.path).read_text())
     assert trace_problems(doc) == []
     events = doc["traceEvents"]
     calls = [e for e in events if e["name"] == "Tracer.forward"]
