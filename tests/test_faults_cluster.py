@@ -99,9 +99,9 @@ def test_a_removed_node_s_rank_is_dead_with_its_last_words_and_the_other_answers
             what="the removed node's rank to be seen dead",
         )
         noticed_after = time.time() - removed_at
-        # dead_after, then the liveness check (its task on a gone node fails at once), plus one
-        # reaper tick and heartbeat timing
-        assert noticed_after < CONFIG.dead_after + CONFIG.command_deadline + 3.0, noticed_after
+        # dead_after, then the liveness check (its task on a gone node fails at once, else
+        # command_deadline), plus a reaper tick, heartbeat timing and a loaded machine's slack
+        assert noticed_after < CONFIG.dead_after + CONFIG.command_deadline + 5.0, noticed_after
 
         code, out, err, _ = _cli("status", "--job", _job(), "--group", group, "--json")
         assert code == 1, err  # a dead rank is a finding
