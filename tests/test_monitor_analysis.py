@@ -282,3 +282,22 @@ def test_comm_bench_numbers_follow_nccl_tests() -> None:
     assert slow_pairs([*pairs, PairLink("b", "c", 0.0001, 10.0)]) == []
     slow = slow_pairs([*pairs, PairLink("b", "c", 0.0001, 3.0)])
     assert slow == ["b <-> c: 3.00 GB/s, 3.3x slower than the median pair"]
+
+
+def test_heartbeat_summary_stays_small() -> None:
+    from rankscope.monitor import recorder
+
+    rec = recorder.step_recorder()
+    rec.clear()
+    try:
+        loss = [1.0] * 150 + [50.0] + [1.0] * 49  # a spike: an alert line
+        for i, value in enumerate(loss, 1):
+            rec.on_step(i, 1000.0 + i * (0.1 if i < 100 else 0.2), value, 512, float("nan"), {})
+        rec.alerts_at = 0.0
+        summary = recorder.summary()
+        assert summary is not None and summary.step == 200
+        assert summary.alerts and len(summary.alerts) <= recorder.MAX_ALERTS
+        assert any("grad_norm" in a for a in summary.alerts)
+        assert len(pickle.dumps(summary)) < 2048
+    finally:
+        rec.clear()

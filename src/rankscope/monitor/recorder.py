@@ -36,6 +36,8 @@ ALERTS_EVERY_S = 10.0
 """The summary redoes this rank's own findings at most this often (a few ms of the probe thread)."""
 ALERT_STEPS = 200
 """...over this many recent steps."""
+MAX_ALERTS, MAX_ALERT_CHARS = 4, 240
+"""The summary's alerts stay under about 1 KB (the heartbeat's budget is a few KB)."""
 
 
 def _number(value: Any) -> float | None:
@@ -238,4 +240,5 @@ def _local_alerts(memory: MemoryUse) -> tuple[str, ...]:
         return ()
     nonfinite = _recorder.first_nonfinite
     lines = [f"first {nonfinite.where}"] if nonfinite is not None else []
-    return tuple(lines + [f.evidence for f in found])
+    lines += [f.evidence for f in found]
+    return tuple(line[:MAX_ALERT_CHARS] for line in lines[:MAX_ALERTS])
