@@ -279,3 +279,13 @@ def test_durations_parse_with_units_and_bad_ones_say_how():
     assert [parse_duration(t) for t in ("10s", "500ms", "2m", "7.5")] == [10.0, 0.5, 120.0, 7.5]
     with pytest.raises(UserError, match=r"e\.g\. 10s"):
         parse_duration("ten seconds")
+
+
+def test_bad_output_folder_fails_before_recording():
+    from typer.testing import CliRunner
+
+    import rankscope.cli.main as cli
+
+    result = CliRunner().invoke(cli.app, ["trace", "-o", "/nonexistent/t.json", "--ranks", "0"])
+    assert result.exit_code == 2
+    assert "folder /nonexistent does not exist" in result.output

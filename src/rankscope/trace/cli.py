@@ -55,7 +55,8 @@ def trace(
     """Record a window of the live job into one Perfetto trace (every rank, clocks aligned).
 
     Spans, step markers, collectives split into waiting for the last rank and transfer, memory.
-    Prints per-rank shares, step times and straggler scores; exits 1 on a straggler.
+    Prints per-rank shares, step times and straggler scores; exits 1 on a straggler or on a
+    Ray task pending for over 10 s.
     """
     from rankscope.cli.output import to_json
     from rankscope.trace.collect import record_trace

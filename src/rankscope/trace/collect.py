@@ -204,15 +204,19 @@ def write_trace_file(
 def _write(
     path: str, traces: list[RankTrace], slices: Any, budget: int, other: dict[str, Any]
 ) -> ExportStats:
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UserError(f"-o {path}: folder {directory} does not exist")
+    _check_folder(path)
     temp = f"{path}.tmp-{os.getpid()}"
     opener: Any = gzip.open if path.endswith(".gz") else open
     with opener(temp, "wt", encoding="utf-8") as f:
         stats = render_trace(traces, slices, f.write, budget=budget, other=other)
     os.replace(temp, path)
     return stats
+
+
+def _check_folder(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserError(f"-o {path}: folder {directory} does not exist")
 
 
 def record_trace(
@@ -231,6 +235,8 @@ def record_trace(
         raise UserError(f"--duration {duration_s:g}s: give a positive duration, e.g. 10s")
     if ranks is not None:
         parse_rank_spec(ranks)  # a bad spec fails before Ray
+    out = path or f"rankscope-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    _check_folder(out)  # before recording, not after
     client = HubClient.attach(address)
     job_id, probes = choose_probes(client, job, ranks, group)
     options = TraceOptions(
@@ -241,5 +247,4 @@ def record_trace(
     if not session.chunks:
         reasons = "; ".join(session.missing()) or "no answer"
         raise UserError(f"no process of job {job_id} recorded anything: {reasons}")
-    out = path or f"rankscope-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
     return write_trace_file(session, job_id, out, budget=budget)
