@@ -134,3 +134,22 @@ def test_config_lint_against_the_cluster_counts_its_gpus(cluster, tmp_path):
     gpus = rows["GPUs in the cluster"]
     assert gpus["status"] == "fail"
     assert gpus["message"].startswith("1 x 8 = 8 GPUs wanted; the cluster has 0")
+
+
+def test_config_lint_checks_the_checkpoint_dir_on_every_node(odd_node, cluster, tmp_path):
+    def lint_rows(checkpoint_dir: str) -> dict[str, dict]:
+        config = tmp_path / "trainer.yaml"
+        config.write_text(
+            f"trainer: {{nnodes: 1, n_gpus_per_node: 8, default_local_dir: '{checkpoint_dir}'}}\n"
+        )
+        result = CliRunner().invoke(
+            cli.app, ["doctor", "--config", str(config), "--address", cluster.address, "--json"]
+        )
+        assert result.exit_code == 1, result.output  # the cluster has no GPU
+        return {r["rule"]: r for r in json.loads(result.stdout)["data"]["rules"]}
+
+    shared = lint_rows(str(tmp_path))["checkpoint dir"]
+    assert shared["status"] == "ok" and "is seen on all 3" in shared["message"], shared
+    one_node = lint_rows("$RS_DOCTOR_ONLY_HERE")["checkpoint dir"]
+    assert one_node["status"] == "fail"
+    assert one_node["message"].count("directory missing") == 2, one_node

@@ -39,6 +39,11 @@ def lint(
     return LintReport(config, tuple(run_rules(plan, ctx)), memory, shape, plan)
 
 
+def _absolute(path: str | None) -> str | None:
+    """A checkpoint dir the nodes can be asked about: a local absolute path (`~`, `$VAR` too)."""
+    return path if path and path.startswith(("/", "~", "$")) else None
+
+
 def lint_command(
     config: str,
     overrides: list[str],
@@ -58,7 +63,8 @@ def lint_command(
     if address or os.environ.get("RAY_ADDRESS"):
         from rankscope.doctor.config_lint.cluster import cluster_shape
 
-        cluster = cluster_shape(address)
+        plan = plan_from_config(load_config(config, overrides))
+        cluster = cluster_shape(address, _absolute(plan.checkpoint_dir))
     report = lint(config, overrides, model=model, gpu_memory_gib=gpu_memory_gib, cluster=cluster)
     if html:
         write_text(html, render_html(report))

@@ -108,6 +108,8 @@ class ClusterShape:
     gpus_per_node: tuple[int, ...]
     gpu_names: tuple[str, ...] = ()
     gpu_memory_bytes: float | None = None
+    shared_seen: dict[str, str] | None = None
+    """The checkpoint dir on each node: "seen" (the sentinel), or why not; None: not asked."""
 
 
 @dataclass(frozen=True)

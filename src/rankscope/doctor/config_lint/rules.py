@@ -354,6 +354,18 @@ def checkpoint_dir(plan: Plan, ctx: LintContext) -> RuleResult:
             keys,
             {KEYS["checkpoint_dir"]: f"/shared/{path}"},
         )
+    seen = ctx.cluster.shared_seen if ctx.cluster else None
+    if seen:
+        missing = {label: why for label, why in seen.items() if why != "seen"}
+        if missing:
+            return RuleResult(
+                name,
+                Status.FAIL,
+                f"{path} is not shared: "
+                + "; ".join(f"{label}: {why}" for label, why in missing.items()),
+                keys,
+            )
+        return _ok(name, f"{path}: a sentinel written on one node is seen on all {len(seen)}")
     return _ok(
         name, f"{path}: check every node sees it with `rankscope doctor --shared-path {path}`"
     )
