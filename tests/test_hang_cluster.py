@@ -95,9 +95,7 @@ def test_rank_that_skips_an_all_reduce_is_named_with_the_sequence_number_and_lin
     assert f"rank 3 is in wait_for_data workers.py:{line}" in text
 
 
-def test_torch_flight_recorder_shows_a_hang_that_rankscopes_recorder_did_not_see(
-    cluster, tmp_path
-):
+def test_torch_flight_recorder_shows_a_hang_that_rankscopes_recorder_did_not_see(cluster, tmp_path):
     flight_recorder = {"env_vars": {"TORCH_FR_BUFFER_SIZE": "2000"}}
     actor = ray.remote(num_cpus=0)(GlooRank).options(runtime_env=flight_recorder)
     actors = [actor.remote(r, 2) for r in range(2)]
