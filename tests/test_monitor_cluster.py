@@ -74,6 +74,10 @@ def test_top_json_lists_every_rank_worst_first(monitored):
     assert all(r["step"] == STEPS and r["tokens_per_s"] > 0 for r in rows)
     mine = [r["rank"] for r in rows]
     assert mine[0] in (1, 2)  # rank 1 has alerts (its NaN), rank 2 is the straggler
+    status = run_cli("status", "--address", cluster_address(), env={"COLUMNS": "200"})
+    assert "alert: rank 1: first nan activation in 0 (output) at step 12" in status.stdout, (
+        status.stdout
+    )
 
 
 def test_prometheus_scrape_has_the_metrics_with_the_rank_label(monitored):

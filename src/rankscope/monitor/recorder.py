@@ -209,7 +209,10 @@ def summary() -> MonitorSummary | None:
     waits = step_waits(times, _recorded_collectives(64)) if len(times) > 1 else []
     memory = memory_use()
     now = time.monotonic()
-    if now - _recorder.alerts_at >= ALERTS_EVERY_S:
+    new_nonfinite = _recorder.first_nonfinite is not None and not any(
+        a.startswith("first ") for a in _recorder.alerts
+    )
+    if now - _recorder.alerts_at >= ALERTS_EVERY_S or new_nonfinite:  # a NaN shows at once
         _recorder.alerts_at = now
         _recorder.alerts = _local_alerts(memory)
     return MonitorSummary(
