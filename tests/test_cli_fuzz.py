@@ -24,6 +24,8 @@ from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
 
+pytestmark = pytest.mark.before_cluster  # in process: no Ray may be initialized here yet
+
 EXAMPLES = int(os.environ.get("RANKSCOPE_FUZZ_EXAMPLES", "20"))
 """Per command; the suite's budget allows 20 (about 2 s per command); raise it locally."""
 SKIP = {("demo",)}
