@@ -1,13 +1,13 @@
 """Logs, alerts and levels on the real cluster through the real CLI: 4 ranks (one on the second
 node) log; `rankscope logs` folds them with the numbers' spread, keeps a SIGKILL-ed rank's last
 line; an ERROR burst and a memory rule raise alerts naming the rank, POSTed to a local webhook;
-`rankscope level full --ranks 1 --for 2s` turns DEBUG capture on for rank 1 only, then off."""
+`rankscope level full --ranks 1 --for 4s` turns `debug_decorator` argument capture and DEBUG
+records on for rank 1 only, then off."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -103,21 +103,35 @@ def test_error_burst_and_memory_alerts_name_the_rank_and_reach_the_webhook(ranks
     assert table.returncode == 1 and "rank 1: 12 ERROR records in 60 s" in table.stdout
 
 
-def test_level_full_on_one_rank_for_two_seconds(ranks):
+def test_level_full_on_one_rank_for_a_few_seconds(ranks):
     actors, job = ranks
-    switched = _cli(job, "level", "full", "--ranks", "1", "--for", "2s", "--json")
+    switched = _cli(job, "level", "full", "--ranks", "1", "--for", "4s", "--json")
     assert switched.returncode == 0, switched.stderr
     (row,) = json.loads(switched.stdout)["data"]
     assert (row["rank"], row["state"]["level"], row["state"]["back_to"]) == (1, "full", "light")
     levels = ray.get([a.debug_capture.remote("first") for a in actors])
+    ray.get([a.decorated_failure.remote(f"tag-{i}") for i, a in enumerate(actors)])
     assert levels == ["light", "full", "light", "light"]
     logs = _cli(job, "logs", "--grep", "captured args", "--raw", "--json")
     (result,) = json.loads(logs.stdout)["data"]
     assert [(ln["rank"], ln["message"]) for ln in result["lines"]] == [
         (1, "captured args of first")
     ]
-    time.sleep(2.5)
-    assert ray.get([a.debug_capture.remote("second") for a in actors]) == ["light"] * 4
+
+    def failures():
+        result = _cli(job, "events", "--kind", "trace.call_failed", "--limit", "500", "--json")
+        events = [e for found in json.loads(result.stdout)["data"].values() for e in found]
+        return {e["who"]: e["payload"].get("args") for e in events if "load_batch" in str(e)}
+
+    wait_until(lambda: len(failures()) >= 4, timeout=30, what="the decorated calls' events")
+    captured = failures()  # debug_decorator() without capture_args: only the level captures
+    assert captured["rank 1"] == {"batch_tag": "'tag-1'"}, captured
+    assert all(captured[f"rank {r}"] is None for r in (0, 2, 3)), captured
+    wait_until(
+        lambda: ray.get(actors[1].debug_capture.remote("later")) == "light",
+        timeout=15,
+        what="rank 1 back to light after --for",
+    )
     shown = _cli(job, "level", "--json")
     assert {r["rank"]: r["state"]["level"] for r in json.loads(shown.stdout)["data"]} == {
         0: "light",

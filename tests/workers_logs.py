@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -45,6 +46,18 @@ class LogRank:
 
         self.log.debug("captured args of %s", tag)
         return level.current().level
+
+    def decorated_failure(self, tag: str) -> None:
+        """A `debug_decorator` call that fails: its event carries the arguments only where
+        capture is on (here: only through the level)."""
+        import rankscope
+
+        @rankscope.debug_decorator()
+        def load_batch(batch_tag: str) -> None:
+            raise ValueError("bad batch")
+
+        with contextlib.suppress(ValueError):
+            load_batch(batch_tag=tag)
 
     def die(self) -> None:
         self.log.warning("about to die")
