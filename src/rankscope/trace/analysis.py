@@ -15,12 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rankscope.hang.model import CallState, CollectiveRecord
+from rankscope.monitor.straggler import StragglerScore, straggler_scores
 from rankscope.runtime.protocol import ProbeStatus
 from rankscope.trace.model import (
     RankSummary,
     RankTrace,
     RayTask,
-    StragglerRow,
     TraceChunk,
     TraceSummary,
 )
@@ -207,11 +207,11 @@ def per_step_waits(trace: RankTrace, slices: list[CollectiveSlice]) -> list[floa
     return waits
 
 
-def stragglers(traces: list[RankTrace], slices: list[list[CollectiveSlice]]) -> list[StragglerRow]:
+def stragglers(
+    traces: list[RankTrace], slices: list[list[CollectiveSlice]]
+) -> list[StragglerScore]:
     """Straggler scores (`monitor.straggler`) of each group of ranks, from step times, the waits
     within each step, and who arrived last at collectives; worst first."""
-    from rankscope.monitor.straggler import straggler_scores
-
     groups: dict[str | None, list[tuple[int, RankTrace, list[CollectiveSlice]]]] = {}
     for trace, per in zip(traces, slices, strict=True):
         ctx = trace.status.context
@@ -227,23 +227,12 @@ def stragglers(traces: list[RankTrace], slices: list[list[CollectiveSlice]]) -> 
         calls = {
             (c.record.group, c.record.seq) for _, _, s in members for c in s if c.participants > 1
         }
-        for r in straggler_scores(step_s, wait_s, last, len(calls)):
-            rows.append(
-                StragglerRow(
-                    r.rank,
-                    r.compute_s,
-                    r.relative,
-                    r.individual,
-                    r.last_arrival_share,
-                    r.is_straggler,
-                    r.why,
-                )
-            )
+        rows.extend(straggler_scores(step_s, wait_s, last, len(calls)))
     rows.sort(key=lambda r: (r.is_straggler, r.relative), reverse=True)
     return rows
 
 
-def node_imbalance(rows: list[StragglerRow], nodes: dict[int, str]) -> float | None:
+def node_imbalance(rows: list[StragglerScore], nodes: dict[int, str]) -> float | None:
     """Slowest node's mean compute time over the fastest node's, or None with one node."""
     by_node: dict[str, list[float]] = {}
     for row in rows:

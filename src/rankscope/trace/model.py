@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.hang.model import CollectiveRecord
+from rankscope.monitor.straggler import StragglerScore
 from rankscope.runtime.clock import ClockEstimate
 from rankscope.runtime.protocol import ProbeStatus
 
@@ -158,19 +159,6 @@ class RankSummary:
 
 
 @dataclass(frozen=True)
-class StragglerRow:
-    """The straggler score of one rank, as `monitor.straggler` computes it."""
-
-    rank: int
-    compute_s: float
-    relative: float
-    individual: float
-    last_arrival_share: float
-    is_straggler: bool
-    why: str
-
-
-@dataclass(frozen=True)
 class TraceSummary:
     """What `rankscope trace` prints and `--json` carries."""
 
@@ -187,7 +175,7 @@ class TraceSummary:
     clock_error_ms: float | None
     """The largest clock error of the ranks in the trace: events line up within it."""
     ranks: tuple[RankSummary, ...]
-    stragglers: tuple[StragglerRow, ...]
+    stragglers: tuple[StragglerScore, ...]
     node_imbalance: float | None
     """Slowest node's mean compute time over the fastest node's (1.0: balanced)."""
     missing: tuple[str, ...] = ()
