@@ -164,3 +164,20 @@ def test_active_alerts_and_the_first_nan_are_findings_and_traces_say_how_to_open
     assert trace_row[0].startswith("trace-") and "ui.perfetto.dev" in trace_row[2]
     [error] = [i for i in report.timeline if i.text == burst]
     assert error.severity is Severity.FAIL and error.who == "rank 1"
+
+
+def test_the_monitors_live_findings_and_each_ranks_steps_are_the_training_health_section():
+    straggler = {
+        "kind": "straggler",
+        "evidence": "rank 2 computes 1.45x the median rank of its group",
+        "advice": "look at rank 2's node",
+    }
+    row = {"rank": 2, "group": "g", "step": 80, "step_s": 0.09, "tokens_per_s": 1200.0,
+           "wait_s": 0.001, "straggler": 1.45, "loss": 0.31}  # fmt: skip
+    data = RunData("job1", "hub", health=({"findings": [straggler]},), top=({"ranks": [row]},))
+    report = build_report(data, NOW)
+    assert report.verdict.startswith("straggler: rank 2 computes 1.45x the median rank")
+    [health] = report.sections
+    assert health.tables[0].rows == (
+        ("2", "g", "80", "90.0 ms", "1,200", "1.0 ms", "1.45x", "0.31"),
+    )

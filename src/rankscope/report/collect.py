@@ -73,6 +73,7 @@ def find_job_dir(path: str, job: str | None) -> str | None:
 
 def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
     from rankscope.hang.collect import hang_reports
+    from rankscope.monitor.collect import job_health, tops
     from rankscope.runtime.client import HubClient
     from rankscope.stacks.collect import stack_reports
     from rankscope.status.collect import job_statuses
@@ -87,9 +88,13 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
     alive = any(p.get("state") != "dead" for p in processes)
     hang: tuple[dict[str, Any], ...] = ()
     stacks: tuple[dict[str, Any], ...] = ()
+    health: tuple[dict[str, Any], ...] = ()
+    top: tuple[dict[str, Any], ...] = ()
     if live and alive:
         hang = tuple(plain(r) for r in hang_reports(address, job_id, HANG_MIN_WAIT_S))
         stacks = tuple(plain(r) for r in stack_reports(address, job_id, None, client=client))
+        health = tuple(plain(h) for h in job_health(address, job_id))
+        top = tuple(plain(t) for t in tops(client, job_id))
     return RunData(
         job_id,
         f"the hub ({job_dir})",
@@ -101,6 +106,8 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
         first_death=status.first_death,
         hang=hang,
         stacks=stacks,
+        health=health,
+        top=top,
         notes=tuple(skipped),
     )
 

@@ -86,6 +86,10 @@ class RunData:
     """Live hang reports (`hang --json`'s data)."""
     stacks: tuple[dict[str, Any], ...] = ()
     """Live stack reports (`stacks --json`'s data)."""
+    health: tuple[dict[str, Any], ...] = ()
+    """Live training health (`monitor --json`'s data): findings over every rank's series."""
+    top: tuple[dict[str, Any], ...] = ()
+    """Live per-rank rows (`top --json`'s data), the worst rank first."""
     notes: tuple[str, ...] = ()
     """What could not be read, said once on the page."""
 

@@ -216,18 +216,45 @@ def alerts_section(data: RunData, now: float) -> Section | None:
 
 
 def monitor_section(data: RunData, now: float) -> Section | None:
-    """The training monitors' events: the first non-finite value and the like."""
+    """Training health: the monitors' live findings over every rank's series (stragglers,
+    throughput drift, loss, the first NaN, memory, collectives), each rank's recent steps, and
+    the monitor events the run wrote."""
     seen = [e for e in data.events if str(e.get("kind", "")).startswith("monitor.")]
-    if not seen:
+    rows = [r for t in data.top for r in t.get("ranks", ())]
+    if not seen and not rows and not any(h.get("findings") for h in data.health):
         return None
-    findings = []
+    findings = [
+        f"{f['kind']}: {f['evidence']} (what to do: {f['advice']})"
+        for h in data.health
+        for f in h.get("findings", ())
+    ]
     for e in seen:
         p = e.get("payload") or {}
         if e["kind"] == "monitor.non_finite":
-            findings.append(f"first non-finite value: {p.get('what')} at step {p.get('step')}")
+            text = f"first non-finite value: {p.get('what')} at step {p.get('step')}"
         else:
-            findings.append(str(p.get("message") or p.get("summary") or e["kind"]))
-    return Section("monitor", "Training health", tuple(findings[:8]), f"{len(seen)} monitor events")
+            text = str(p.get("message") or p.get("summary") or e["kind"])
+        if not any(text in f for f in findings):
+            findings.append(text)
+    table = Table(
+        ("rank", "group", "step", "step time", "tokens/s", "collective wait", "straggler", "loss"),
+        tuple(
+            (
+                str(r["rank"]),
+                str(r.get("group") or "-"),
+                str(r.get("step", "-")),
+                f"{r.get('step_s', 0.0) * 1e3:.1f} ms",
+                f"{r.get('tokens_per_s', 0.0):,.0f}",
+                f"{r.get('wait_s', 0.0) * 1e3:.1f} ms",
+                f"{r.get('straggler', 0.0):.2f}x",
+                "-" if r.get("loss") is None else f"{r['loss']:.4g}",
+            )
+            for r in rows[:MAX_ROWS]
+        ),
+        f"{len(rows) - MAX_ROWS:,} more ranks not shown" if len(rows) > MAX_ROWS else "",
+    )
+    summary = f"{len(rows)} ranks reporting steps (live), {len(seen)} monitor events"
+    return Section("monitor", "Training health", tuple(findings[:8]), summary, (table,))
 
 
 def files_section(data: RunData, now: float) -> Section | None:
