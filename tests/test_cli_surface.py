@@ -62,7 +62,6 @@ EXPECTED = {
     },
     "alerts": {"--address", "--job", "--json"},
     "level": {"--address", "--job", "--group", "--ranks", "--for", "--json"},
-    "ckpt": set(),  # a group: frozen in test_ckpt_cli.py
     "trace": {
         "--address",
         "--job",
@@ -75,6 +74,7 @@ EXPECTED = {
         "--budget-mb",
         "--json",
     },
+    "ckpt": set(),  # a group: frozen in test_ckpt_cli.py
     "debug": set(),  # a group: `debug list` and `debug attach`, frozen in test_debug_local.py
 }
 

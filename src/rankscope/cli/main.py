@@ -50,8 +50,8 @@ FEATURES: list[tuple[typer.Typer, str | None, str | None]] = [
     (doctor.app, None, None),
     (demo.app, None, None),
     (memory.app, None, None),
-    (monitor.app, None, None),
     (resources.app, None, None),
+    (monitor.app, None, None),
     (logs.app, None, None),
     (alerts.app, None, None),
     (levels.app, None, None),
@@ -60,6 +60,7 @@ FEATURES: list[tuple[typer.Typer, str | None, str | None]] = [
     (ckpt.app, "ckpt", "Checkpoints: inspect, diff, convert HF <-> mcore."),
     (debug.app, "debug", "Debug sessions: list paused ranks, attach to one."),
 ]
+
 
 class _OneLineUsageError(UsageError):
     """Click's usage error (a bad option value, an unknown flag) as one line, exit code 2."""
