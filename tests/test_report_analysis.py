@@ -181,3 +181,19 @@ def test_the_monitors_live_findings_and_each_ranks_steps_are_the_training_health
     assert health.tables[0].rows == (
         ("2", "g", "80", "90.0 ms", "1,200", "1.0 ms", "1.45x", "0.31"),
     )
+
+
+def test_logs_fold_across_ranks_with_each_numbers_spread_and_errors_are_findings():
+    def logs(rank: int) -> dict:
+        loss = {"level": "INFO", "template": "loss=<n>", "count": 10,
+                "low": [0.3 + rank / 100], "high": [0.5 + rank / 100]}  # fmt: skip
+        oom = {"level": "ERROR", "template": "CUDA out of memory", "count": 1}
+        process = _process(rank)
+        process["summaries"] = {"logs": {"templates": [loss, oom] if rank == 1 else [loss]}}
+        return process
+
+    data = RunData("job1", "hub", processes=tuple(logs(r) for r in range(4)))
+    report = build_report(data, NOW)
+    section = next(s for s in report.sections if s.key == "logs")
+    assert section.findings == ("rank 1: CUDA out of memory (x1)",)
+    assert section.tables[0].rows[0] == ("INFO", "ranks 0-3", "40", "loss=0.3..0.53")

@@ -5,10 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rankscope.report.layout import process_label
 from rankscope.report.model import RunData, RunReport, Section, Severity, TimelineItem
-from rankscope.report.sections import SECTIONS, consistency_line, process_label
+from rankscope.report.sections import SECTIONS, consistency_line
 
-VERDICT_ORDER = ("hang", "stacks", "ranks", "consistency", "monitor", "memory", "alerts", "debug")
+VERDICT_ORDER = (
+    "hang",
+    "stacks",
+    "ranks",
+    "consistency",
+    "monitor",
+    "memory",
+    "alerts",
+    "logs",
+    "debug",
+)
 """Whose finding becomes the page's first sentence: a hang explains the deaths that follow it."""
 MAX_TIMELINE = 500
 """Timeline items at most: every warning and failure first, then the rest, evenly thinned."""

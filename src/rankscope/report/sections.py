@@ -1,25 +1,21 @@
 """One function per feature: its section of the job report from the run's data (pure).
 
 Each returns None when the run holds nothing of that feature, so a page shows only what
-happened. A new feature adds one function here and one line in SECTIONS.
+happened. A new feature adds one function here (the training's health: in `health.py`) and one
+line in SECTIONS.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from rankscope.ranks import format_ranks
-from rankscope.report.model import Chart, RunData, Section, Series, Table
+from rankscope.report.health import alerts_section, logs_section, monitor_section
+from rankscope.report.layout import MAX_ROWS, fold_rows, process_label, series
+from rankscope.report.model import Chart, RunData, Section, Table
 from rankscope.units import ago, human_bytes
-
-MAX_ROWS = 64
-"""Rows per table at most: the odd ranks first, the healthy rest folded into one line."""
-MAX_SERIES = 16
-"""Lines per chart at most: beyond, the chart shows the min, median and max over ranks."""
-MAX_POINTS = 400
-"""Points per line at most (thinned evenly)."""
 
 
 def ranks_section(data: RunData, now: float) -> Section | None:
@@ -34,7 +30,7 @@ def ranks_section(data: RunData, now: float) -> Section | None:
     if data.first_death:
         findings = (data.first_death, *findings)
     odd = [r for r in rows if r[5] != "alive"]
-    table = _fold(
+    table = fold_rows(
         ("process", "group", "node", "pid", "actor", "state", "step", "cause"),
         odd,
         [r for r in rows if r[5] == "alive"],
@@ -141,7 +137,7 @@ def memory_section(data: RunData, now: float) -> Section | None:
                     "; ".join(f["metric"] for f in leaking) or "no leak",
                 )
             )
-    charts = (Chart("host RSS per rank", "bytes", _series(rss)),) if rss else ()
+    charts = (Chart("host RSS per rank", "bytes", series(rss)),) if rss else ()
     tables = (Table(("process", "RSS", "leak test"), tuple(rows)),) if rows else ()
     summary = f"{len(ooms)} out-of-memory verdicts, {len(profiles)} memory profiles"
     return Section("memory", "Memory", tuple(findings), summary, tables, charts)
@@ -181,80 +177,6 @@ def debug_section(data: RunData, now: float) -> Section | None:
     )
     table = Table(("rank", "where", "why", "outcome"), rows)
     return Section("debug", "Debug sessions", findings, summary, (table,))
-
-
-def alerts_section(data: RunData, now: float) -> Section | None:
-    """Alerts the ranks raised (`rankscope alerts`): the ones still active are findings."""
-    raised = [e for e in data.events if e.get("kind") in ("alert", "alert_resolved")]
-    if not raised:
-        return None
-    last: dict[tuple[str, Any], Mapping[str, Any]] = {}
-    for e in sorted(raised, key=lambda e: e.get("time", 0.0)):
-        p = e.get("payload") or {}
-        key = (str(p.get("rule")), p.get("rank"))
-        if e["kind"] == "alert":
-            last[key] = {**p, "resolved": False}
-        elif key in last:
-            last[key] = {**last[key], "resolved": True}
-    alerts = [a for a in last.values() if "message" in a]
-    active = [a for a in alerts if not a["resolved"]]
-    rows = tuple(
-        (
-            str(a.get("severity", "")),
-            str(a.get("rule", "")),
-            "-" if a.get("rank") is None else str(a["rank"]),
-            str(a.get("message", "")),
-            "resolved" if a["resolved"] else "active",
-        )
-        for a in sorted(alerts, key=lambda a: (a["resolved"], str(a.get("severity"))))
-    )
-    findings = tuple(str(a["message"]) for a in active[:8])
-    table = Table(("severity", "rule", "rank", "message", "state"), rows[:MAX_ROWS])
-    return Section(
-        "alerts", "Alerts", findings, f"{len(alerts)} alerts, {len(active)} active", (table,)
-    )
-
-
-def monitor_section(data: RunData, now: float) -> Section | None:
-    """Training health: the monitors' live findings over every rank's series (stragglers,
-    throughput drift, loss, the first NaN, memory, collectives), each rank's recent steps, and
-    the monitor events the run wrote."""
-    seen = [e for e in data.events if str(e.get("kind", "")).startswith("monitor.")]
-    rows = [r for t in data.top for r in t.get("ranks", ())]
-    if not seen and not rows and not any(h.get("findings") for h in data.health):
-        return None
-    findings = [
-        f"{f['kind']}: {f['evidence']} (what to do: {f['advice']})"
-        for h in data.health
-        for f in h.get("findings", ())
-    ]
-    for e in seen:
-        p = e.get("payload") or {}
-        if e["kind"] == "monitor.non_finite":
-            text = f"first non-finite value: {p.get('what')} at step {p.get('step')}"
-        else:
-            text = str(p.get("message") or p.get("summary") or e["kind"])
-        if not any(text in f for f in findings):
-            findings.append(text)
-    table = Table(
-        ("rank", "group", "step", "step time", "tokens/s", "collective wait", "straggler", "loss"),
-        tuple(
-            (
-                str(r["rank"]),
-                str(r.get("group") or "-"),
-                str(r.get("step", "-")),
-                f"{r.get('step_s', 0.0) * 1e3:.1f} ms",
-                f"{r.get('tokens_per_s', 0.0):,.0f}",
-                f"{r.get('wait_s', 0.0) * 1e3:.1f} ms",
-                f"{r.get('straggler', 0.0):.2f}x",
-                "-" if r.get("loss") is None else f"{r['loss']:.4g}",
-            )
-            for r in rows[:MAX_ROWS]
-        ),
-        f"{len(rows) - MAX_ROWS:,} more ranks not shown" if len(rows) > MAX_ROWS else "",
-    )
-    summary = f"{len(rows)} ranks reporting steps (live), {len(seen)} monitor events"
-    return Section("monitor", "Training health", tuple(findings[:8]), summary, (table,))
 
 
 def files_section(data: RunData, now: float) -> Section | None:
@@ -299,6 +221,7 @@ SECTIONS: tuple[Callable[[RunData, float], Section | None], ...] = (
     consistency_section,
     memory_section,
     monitor_section,
+    logs_section,
     alerts_section,
     debug_section,
     files_section,
@@ -342,52 +265,3 @@ def _latest_registrations(events: Iterable[Mapping[str, Any]]) -> list[Mapping[s
         if e.get("kind") == "probe.registered":
             latest[str(e.get("probe_id"))] = e
     return list(latest.values())
-
-
-def process_label(ctx: Mapping[str, Any]) -> str:
-    """`rank 3`, or `pid 1234@host` for a process without a rank (as `RankContext.label`)."""
-    rank = ctx.get("rank")
-    return f"rank {rank}" if rank is not None else f"pid {ctx.get('pid')}@{ctx.get('hostname')}"
-
-
-def _fold(
-    columns: tuple[str, ...],
-    odd: Sequence[tuple[str, ...]],
-    healthy: Sequence[tuple[str, ...]],
-    what: str,
-) -> Table:
-    """The odd rows, then the healthy ones up to MAX_ROWS; the rest said in one line."""
-    room = max(0, MAX_ROWS - len(odd))
-    shown = [*odd[:MAX_ROWS], *healthy[:room]]
-    folded = len(odd) + len(healthy) - len(shown)
-    return Table(columns, tuple(shown), f"{folded:,} more {what} rows not shown" if folded else "")
-
-
-def _series(lines: Mapping[str, Sequence[tuple[float, float]]]) -> tuple[Series, ...]:
-    """One line per rank, or min/median/max over ranks when there are too many."""
-    if len(lines) <= MAX_SERIES:
-        return tuple(Series(label, _thin(points)) for label, points in lines.items())
-    import numpy as np
-
-    times = sorted({t for points in lines.values() for t, _ in points})
-    grid = np.array(_thin([(t, 0.0) for t in times]))[:, 0]
-    values = np.array(
-        [np.interp(grid, [t for t, _ in p], [v for _, v in p]) for p in lines.values() if p]
-    )
-    return tuple(
-        Series(
-            f"{name} over {len(lines)} ranks", tuple(zip(grid.tolist(), row.tolist(), strict=True))
-        )
-        for name, row in (
-            ("min", values.min(axis=0)),
-            ("median", np.median(values, axis=0)),
-            ("max", values.max(axis=0)),
-        )
-    )
-
-
-def _thin(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
-    if len(points) <= MAX_POINTS:
-        return tuple(points)
-    step = len(points) / MAX_POINTS
-    return (*(points[int(i * step)] for i in range(MAX_POINTS - 1)), points[-1])
