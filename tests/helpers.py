@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import sys
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import ray
 
@@ -100,3 +104,25 @@ def chromium(
         text=True,
         timeout=90,
     )
+
+
+@contextlib.contextmanager
+def webhook_server() -> Iterator[tuple[str, list[dict]]]:
+    """A local HTTP server that keeps every JSON body POSTed to it: (its URL, the bodies)."""
+    received: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/hook", received
+    finally:
+        server.shutdown()

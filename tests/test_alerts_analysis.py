@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
 import pytest
 
+from helpers import webhook_server
 from rankscope.alerts.analysis import (
     MemoryReading,
     RankRules,
@@ -118,26 +115,10 @@ def test_silent_rank_only_while_its_group_continues():
 
 
 def test_webhook_sender_posts_json_to_a_local_server():
-    received: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with webhook_server() as (url, received):
         sender = WebhookSender()
-        url = f"http://127.0.0.1:{server.server_port}/hook"
         sender.send(url, {"rule": "error_burst", "severity": "error", "message": "rank 1: 5"})
         wait_until(lambda: received, timeout=10, what="the webhook POST")
-    finally:
-        server.shutdown()
     assert received[0]["rule"] == "error_burst"
     assert received[0]["text"] == "rankscope [error] rank 1: 5"
     assert sender.sent == 1

@@ -7,14 +7,12 @@ records on for rank 1 only, then off."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import ray
 
 from conftest import WORKER_NODE_RESOURCE
-from helpers import cluster_address, run_cli, wait_registered
+from helpers import cluster_address, run_cli, wait_registered, webhook_server
 from workers import wait_until
 from workers_logs import LogRank
 
@@ -23,21 +21,8 @@ LOSSES = (0.52, 0.31, 0.4, 0.45)
 
 @pytest.fixture(scope="module")
 def webhook():
-    received: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/hook", received
-    server.shutdown()
+    with webhook_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
