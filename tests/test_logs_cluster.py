@@ -86,6 +86,8 @@ def test_error_burst_and_memory_alerts_name_the_rank_and_reach_the_webhook(ranks
     assert mine["host_memory"]["message"].startswith("rank 1: host memory")
     table = _cli(job, "alerts", env={"COLUMNS": "200"})
     assert table.returncode == 1 and "rank 1: 12 ERROR records in 60 s" in table.stdout
+    status = _cli(job, "status", env={"COLUMNS": "200"})  # active alerts show there too
+    assert "alert [error]: rank 1: 12 ERROR records in 60 s" in status.stdout, status.stdout
 
 
 def test_level_full_on_one_rank_for_a_few_seconds(ranks):

@@ -11,7 +11,7 @@ from rankscope.alerts.model import Alert, AlertSettings
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
-__all__ = ["JobAlerts", "collect_alerts", "silence_rows"]
+__all__ = ["JobAlerts", "collect_alerts", "job_alerts", "silence_rows"]
 
 EVENT_LIMIT = 2000
 
@@ -33,12 +33,25 @@ def collect_alerts(address: str | None, job: str | None) -> list[JobAlerts]:
     now = time.time()
     results = []
     for job_id, probes in client.jobs(job).items():
-        events = client.events(job_id, ["alert"], EVENT_LIMIT)
-        found = alerts_from_events(events, now, settings.active_for_s, job_id)
-        found += silent_ranks(silence_rows(probes), now, settings.silent_after_s, job_id)
-        found.sort(key=lambda a: -a.time)
-        results.append(JobAlerts(job_id, tuple(found)))
+        results.append(JobAlerts(job_id, tuple(job_alerts(client, job_id, probes, settings, now))))
     return results
+
+
+def job_alerts(
+    client: HubClient,
+    job_id: str,
+    probes: list[ProbeStatus],
+    settings: AlertSettings | None = None,
+    now: float | None = None,
+) -> list[Alert]:
+    """One job's alerts, newest first: its alert events and the silence rule over its ranks."""
+    settings = settings or AlertSettings.from_env()
+    now = time.time() if now is None else now
+    events = client.events(job_id, ["alert"], EVENT_LIMIT)
+    found = alerts_from_events(events, now, settings.active_for_s, job_id)
+    found += silent_ranks(silence_rows(probes), now, settings.silent_after_s, job_id)
+    found.sort(key=lambda a: -a.time)
+    return found
 
 
 def silence_rows(probes: list[ProbeStatus]) -> list[SilenceRow]:

@@ -15,12 +15,19 @@ def status(
     address: Address = None, job: Job = None, group: Group = None, as_json: Json = False
 ) -> None:
     """Every registered process: rank, node, pid, actor, state, last heartbeat, version."""
+    from rankscope.alerts.collect import job_alerts
     from rankscope.cli.output import to_json
     from rankscope.monitor.collect import alert_lines
+    from rankscope.runtime.client import HubClient
     from rankscope.status.collect import any_lost, job_statuses
     from rankscope.status.render import render_status
 
     jobs = job_statuses(address, job, group)
+    client = HubClient.attach(address)
+    active = {
+        j.job_id: [a for a in job_alerts(client, j.job_id, list(j.processes)) if a.active]
+        for j in jobs
+    }  # the ranks' alert rules (rankscope alerts), from the run directory's events
     if as_json:
         data = {
             j.job_id: {
@@ -28,6 +35,7 @@ def status(
                 "deaths": j.deaths,
                 "first_death": j.first_death,
                 "alerts": alert_lines(j.processes),  # the monitor's, from the heartbeats
+                "active_alerts": active[j.job_id],
             }
             for j in jobs
         }
@@ -37,5 +45,7 @@ def status(
             out.print(render_status(j.job_id, j.processes, j.deaths, first_death=j.first_death))
             for line in alert_lines(j.processes):  # the monitor's alerts (rankscope monitor)
                 out.print(f"alert: {line}", style="yellow", markup=False)
+            for a in active[j.job_id]:
+                out.print(f"alert [{a.severity}]: {a.message}", style="yellow", markup=False)
     if any_lost(jobs):
         raise typer.Exit(ExitCode.FINDING)
