@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import ray
@@ -53,7 +54,8 @@ def test_report_through_the_hub_names_the_dead_rank_and_reads_the_runs_reports(c
         ray.kill(survivor)
     assert result.exit_code == 1, result.output  # findings
     html = page.read_text()
-    assert "rank 41 is dead: Ray: worker died" in html  # the live registry and Ray's cause
+    # the session's job holds every earlier test's dead ranks: look for ours on the timeline
+    assert re.search(r"<td>rank 41</td>\s*<td class=\"alert\">died: Ray: worker died", html)
     assert "rank 40: rss leaks: grows 4.0 MiB/step" in html  # a report read on the hub's node
-    assert "checkpoint 7 saved" in html  # an event, on the timeline
+    assert "<td>test.note</td>" in html  # the events, read back through the hub
     assert 'id="section-stacks"' in html  # the live snapshot

@@ -75,7 +75,8 @@ class RunData:
     """Where the data came from: the run directory's path, or "the hub" when it is remote."""
     events: tuple[dict[str, Any], ...] = ()
     artifacts: dict[str, Any] = field(default_factory=dict)
-    """Parsed JSON artifacts of the run directory by file name (hang and memory reports)."""
+    """Parsed JSON artifacts of the run directory by file name, oldest first (hang and memory
+    reports)."""
     files: tuple[tuple[str, int], ...] = ()
     """Every file of the job's run directory with its size (traces included)."""
     processes: tuple[dict[str, Any], ...] = ()

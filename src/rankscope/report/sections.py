@@ -114,7 +114,9 @@ def consistency_section(data: RunData, now: float) -> Section | None:
 def memory_section(data: RunData, now: float) -> Section | None:
     """OOM verdicts, leak verdicts and per-rank memory over time from memory profiles."""
     ooms = [e.get("payload", {}) for e in data.events if e.get("kind") == "memory.oom"]
-    profiles = [a for name, a in sorted(data.artifacts.items()) if name.startswith("memory-")]
+    profiles = [
+        a for name, a in data.artifacts.items() if name.startswith("memory-")
+    ]  # oldest first
     if not ooms and not profiles:
         return None
     findings = [f"{o.get('label', '?')}: {o.get('summary', o.get('error_type', ''))}" for o in ooms]
