@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+from rankscope.runtime.api import send_last_words
 
 COLLECTIVES = (
     "all_reduce",
@@ -382,6 +383,7 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             entry.fail(exc, generation)
+            send_last_words()  # before a client that tears the group down kills us too
             raise
         if result is None:  # a synchronous call returned: done (inlined, the hot path)
             if entry.device:

@@ -91,6 +91,13 @@ def step(loss: Any = None, tokens: Any = None, grad_norm: Any = None, **metrics:
                 pass
 
 
+def send_last_words() -> None:
+    """Send this process's summaries to the hub now (a collective just failed); never raises."""
+    probe = current_probe()
+    if probe is not None:
+        probe.send_last_words()
+
+
 def current_probe() -> Probe | None:
     """This process's probe, if one is running."""
     if _probe is not None and _probe_pid == os.getpid():

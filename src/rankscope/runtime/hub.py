@@ -92,6 +92,16 @@ class Hub:
             known=True, commands=commands, hub_received=received, hub_replied=time.time()
         )
 
+    async def last_words(self, request: PollRequest) -> None:
+        """A probe's summaries and events sent at once, outside its long poll (a collective
+        just failed: its peers may be killed before the next heartbeat). Takes no commands."""
+        record = self._registry.find(request.probe_id)
+        if record is None:
+            return
+        record.heard_from(request, time.time())
+        for event in request.events:
+            self._events.offer(record.info.context.job_id, record.info.probe_id, event)
+
     async def reply(self, result: CommandResult, command_id: str) -> None:
         """A probe's answer to one command; late answers (past the deadline) are ignored."""
         self._replies.resolve(command_id, result)
