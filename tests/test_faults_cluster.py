@@ -20,6 +20,7 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
+from conftest import WORKER_NODE_RESOURCE
 from helpers import probes_by_pid, wait_registered
 from rankscope.config import Config
 from rankscope.runtime.client import HUB_RESTART_WAIT_S, HubClient
@@ -81,7 +82,12 @@ def test_a_removed_node_s_rank_is_dead_with_its_last_words_and_the_other_answers
     cluster.wait_for_nodes()
     group = f"fault-node-{uuid.uuid4().hex[:6]}"
     try:
-        doomed, survivor = _ranks(group, rank0={"resources": {FAULT_NODE: 1}})
+        # the survivor pinned elsewhere: unpinned, a zero-CPU actor may land on the doomed node
+        doomed, survivor = _ranks(
+            group,
+            rank0={"resources": {FAULT_NODE: 1}},
+            rank1={"resources": {WORKER_NODE_RESOURCE: 1}},
+        )
         pids = ray.get([doomed.pid.remote(), survivor.pid.remote()], timeout=60)
         wait_registered(pids)
         training = survivor.train.remote(40.0)  # still stepping when `stacks` asks, however slow
@@ -117,7 +123,7 @@ def test_a_removed_node_s_rank_is_dead_with_its_last_words_and_the_other_answers
         assert code in (0, 1), err
         stacks = json.loads(out)["data"][0]
         members = {m["rank"] for g in stacks["groups"] for m in g["members"]}
-        assert 1 in members  # the survivor answered
+        assert 1 in members, out  # the survivor answered
         assert took < 10.0, took
         assert ray.get(training, timeout=60) > 100  # it never stopped stepping
     finally:
