@@ -23,7 +23,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 import pytest  # noqa: E402
 
-WORKER_NODE_RESOURCE = "second_node"
+from workers import WORKER_NODE_RESOURCE  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:

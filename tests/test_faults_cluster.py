@@ -20,13 +20,12 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from conftest import WORKER_NODE_RESOURCE
 from helpers import probes_by_pid, wait_registered
 from rankscope.config import Config
 from rankscope.runtime.client import HUB_RESTART_WAIT_S, HubClient
 from rankscope.runtime.hub import find_hub
 from rankscope.runtime.protocol import ProbeState
-from workers import wait_until
+from workers import WORKER_NODE_RESOURCE, wait_until
 
 FAULT_NODE = "rs_fault_node"
 CONFIG = Config.from_env()
@@ -162,7 +161,7 @@ def test_a_frozen_rank_and_a_hub_killed_mid_fan_out(cluster):
         hub = find_hub()
         assert hub is not None
         probes = [p for p in HubClient.attach().probes(_job()) if p.context.group == group]
-        killer = threading.Timer(1.0, ray.kill, args=(hub,))
+        killer = threading.Timer(1.0, ray.kill, args=(hub,), kwargs={"no_restart": False})
         killer.start()
         code, out, err, took = _cli("stacks", "--job", _job(), "--group", group, "--deadline", "6")
         killer.join()

@@ -11,9 +11,8 @@ import json
 import pytest
 import ray
 
-from conftest import WORKER_NODE_RESOURCE
 from helpers import cluster_address, run_cli, wait_registered, webhook_server
-from workers import wait_until
+from workers import WORKER_NODE_RESOURCE, wait_until
 from workers_logs import LogRank
 
 LOSSES = (0.52, 0.31, 0.4, 0.45)

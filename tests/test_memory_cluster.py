@@ -14,8 +14,8 @@ import time
 import pytest
 import ray
 
-from conftest import WORKER_NODE_RESOURCE
 from helpers import cluster_address, run_cli, run_demo, wait_registered
+from workers import WORKER_NODE_RESOURCE
 from workers_memory import CHUNK, MemoryRank
 
 STEPS = 30

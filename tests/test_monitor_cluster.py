@@ -8,9 +8,8 @@ import json
 import pytest
 import ray
 
-from conftest import WORKER_NODE_RESOURCE
 from helpers import cluster_address, probes_by_pid, run_cli, wait_registered
-from workers import form_group
+from workers import WORKER_NODE_RESOURCE, form_group
 from workers_monitor import MonitoredRank
 
 STEPS = 80

@@ -9,10 +9,16 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from conftest import WORKER_NODE_RESOURCE
 from helpers import cluster_address, line_of, probes_by_pid, run_cli, wait_registered
 from rankscope.runtime.protocol import ProbeState
-from workers import GlooRank, form_group, spin_holding_the_gil, wait_for_data, wait_until
+from workers import (
+    WORKER_NODE_RESOURCE,
+    GlooRank,
+    form_group,
+    spin_holding_the_gil,
+    wait_for_data,
+    wait_until,
+)
 
 
 @pytest.fixture

@@ -16,11 +16,10 @@ import ray
 import torch
 
 import rankscope
-from conftest import WORKER_NODE_RESOURCE
 from helpers import cluster_address, run_cli
 from rankscope.runtime.client import HubClient
 from test_trace_analysis import trace_problems
-from workers import wait_until
+from workers import WORKER_NODE_RESOURCE, wait_until
 
 JOB = textwrap.dedent(
     """

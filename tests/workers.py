@@ -16,6 +16,9 @@ import ray
 
 from rankscope.demo.gloo import GlooMember
 
+# The custom resource of the session cluster's second node (see conftest.py).
+WORKER_NODE_RESOURCE = "second_node"
+
 
 class GlooRank(GlooMember):
     """One rank of a gloo group; the probe is started explicitly with rankscope.init()."""
