@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -20,6 +21,8 @@ import tempfile
 import time
 
 BIN = pathlib.Path(sys.executable).parent
+# Qwen2.5-7B's shape, the one the lint tests use.
+QWEN25_7B_CONFIG = pathlib.Path(__file__).parents[1] / "tests/data/qwen2.5-7b-config.json"
 VERL_STYLE = """
 import platform
 import ray, torch, transformers
@@ -93,19 +96,7 @@ def main() -> None:
 def _lint_time(tmp: pathlib.Path, env: dict[str, str], repeats: int) -> float:
     model = tmp / "model"
     model.mkdir()
-    (model / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "qwen2",
-                "hidden_size": 3584,
-                "intermediate_size": 18944,
-                "num_attention_heads": 28,
-                "num_hidden_layers": 28,
-                "num_key_value_heads": 4,
-                "vocab_size": 152064,
-            }
-        )
-    )
+    shutil.copy(QWEN25_7B_CONFIG, model / "config.json")
     config = tmp / "trainer.yaml"
     config.write_text(
         "data: {train_batch_size: 256, max_prompt_length: 512, max_response_length: 512}\n"

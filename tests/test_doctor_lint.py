@@ -18,16 +18,7 @@ from rankscope.doctor.config_lint.rules import RULES, largest_divisor_at_most
 
 GIB = 1 << 30
 
-QWEN25_7B = {
-    "model_type": "qwen2",
-    "hidden_size": 3584,
-    "intermediate_size": 18944,
-    "num_attention_heads": 28,
-    "num_hidden_layers": 28,
-    "num_key_value_heads": 4,
-    "vocab_size": 152064,
-    "tie_word_embeddings": False,
-}
+QWEN25_7B = json.loads((pathlib.Path(__file__).parent / "data/qwen2.5-7b-config.json").read_text())
 """Qwen2.5-7B's shape: 28 heads (TP 8 does not divide them), 7,615,616,512 parameters."""
 
 TRAINER = """\
