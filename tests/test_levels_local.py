@@ -69,3 +69,34 @@ def test_sampling_runs_full_features_on_every_nth_step():
     assert [s for s in range(10) if level.full_at(s)] == [0, 3, 6, 9]
     with pytest.raises(UserError, match="sample_every"):
         rankscope.configure(sample_every=0)
+
+
+def test_sampling_gates_debug_decorator_capture_and_memory_by_step():
+    """At `full` with `configure(sample_every=3)`, a decorated function called once per step
+    captures its arguments and memory on steps 0, 3, 6 only; at light, never."""
+    from rankscope.runtime.probe import progress
+    from rankscope.trace import spans
+
+    @rankscope.debug_decorator()
+    def load_batch(index: int) -> int:
+        return index
+
+    ring = spans.start_recording(100)
+    try:
+        rankscope.configure(sample_every=3)
+        level.set_level("full")
+        first = progress.step
+        for i in range(7):
+            load_batch(i)
+            rankscope.step()
+        level.set_level("light")
+        load_batch(-1)  # light: no capture even on a sampled step
+        taken, _, _ = ring.take()
+    finally:
+        spans.stop_recording()
+    assert len(taken) == 8
+    attrs = [s[4] or {} for s in taken]
+    expected = [str(i) for i in range(7) if (first + i) % 3 == 0]
+    assert [a["args"]["index"] for a in attrs if "args" in a] == expected
+    assert [a["args"]["index"] for a in attrs if "rss_delta_bytes" in a] == expected
+    assert "args" not in attrs[-1] and "rss_delta_bytes" not in attrs[-1]

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from rankscope import level
 from rankscope.runtime.api import current_probe
+from rankscope.runtime.probe import progress
 from rankscope.trace import spans
 
 __all__ = ["arg_repr", "debug_decorator"]
@@ -91,12 +92,11 @@ def _memory() -> tuple[int, int | None, int | None]:
 class _Call:
     """One call's bookkeeping: what to record when it ends."""
 
-    __slots__ = ("args", "mem", "sampled", "start", "start_ns")
+    __slots__ = ("args", "mem", "start", "start_ns")
 
-    def __init__(self, sampled: bool, memory: bool, capture: dict[str, str] | None) -> None:
-        self.sampled = sampled
+    def __init__(self, memory: bool, capture: dict[str, str] | None) -> None:
         self.args = capture
-        self.mem = _memory() if memory and sampled else None
+        self.mem = _memory() if memory else None
         self.start_ns = time.time_ns()
         self.start = time.perf_counter()
 
@@ -113,8 +113,9 @@ def debug_decorator(
 
     Example: `@rankscope.debug_decorator(capture_args=True, memory_monitoring=True)`.
     Arguments and memory are taken on every `sample_every`-th call (memory costs ~10 us), and
-    also while the debug level is `full` (`rankscope level full`); the span itself only while
-    tracing is on. Usable bare: `@rankscope.debug_decorator`.
+    also while the debug level is `full` (`rankscope level full`), then on the steps that
+    `rankscope.configure(sample_every=N)` samples (every Nth `rankscope.step()`); the span
+    itself only while tracing is on. Usable bare: `@rankscope.debug_decorator`.
     """
     if callable(capture_args):  # bare `@debug_decorator`
         return debug_decorator()(capture_args)
@@ -128,13 +129,16 @@ def debug_decorator(
         def begin(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
             calls[0] += 1
             sampled = (calls[0] - 1) % sample_every == 0
+            # `rankscope level full` captures too, on the steps `configure(sample_every=N)`
+            # samples; below full this costs the one attribute read
+            full = level.FULL and level.full_at(progress.step)
             capture = None
-            if (capture_args or level.FULL) and sampled:  # `rankscope level full` captures too
+            if (capture_args and sampled) or full:
                 try:
                     capture = _captured(fn, args, kwargs)
                 except Exception:
                     capture = None
-            return _Call(sampled, memory_monitoring or level.FULL, capture)
+            return _Call((memory_monitoring and sampled) or full, capture)
 
         def end(call: _Call, error: BaseException | None) -> None:
             try:
@@ -193,7 +197,7 @@ def _finish(
         spans.record_span(name, call.start_ns, attrs or None)
     if log_time:
         log.debug("%s took %.3f ms", name, elapsed * 1e3)
-    if error is not None or elapsed >= slow_s:
+    if (error is not None or elapsed >= slow_s) and level.RECORDING:  # live `off`: no events
         probe = current_probe()
         if probe is not None:
             kind = "trace.call_failed" if error is not None else "trace.slow_call"
