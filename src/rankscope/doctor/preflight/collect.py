@@ -16,6 +16,7 @@ from typing import Any
 from rankscope.doctor.nodes import NodeAnswers, NodeRef, alive_nodes, run_on_nodes
 from rankscope.doctor.preflight import probe
 from rankscope.doctor.preflight.checks import run_checks
+from rankscope.doctor.preflight.live import live_checks
 from rankscope.doctor.preflight.model import ClusterFacts, NodeFacts, PreflightReport
 from rankscope.errors import UserError
 
@@ -74,7 +75,15 @@ def preflight(options: PreflightOptions) -> PreflightReport:
         [f"{n.label}: no answer within {options.deadline_s:g} s" for n in answers.missing]
         + [f"{answers.node(i).label}: {why}" for i, why in answers.failed.items()]
     )
-    return PreflightReport(cluster, tuple(facts), tuple(run_checks(facts, cluster)), unanswered)
+    checks = run_checks(facts, cluster) + live_checks(options.address, _no_dashboard(cluster))
+    return PreflightReport(cluster, tuple(facts), tuple(checks), unanswered)
+
+
+def _no_dashboard(cluster: ClusterFacts) -> str | None:
+    """Why Ray's state API cannot answer, or None when the dashboard answered."""
+    if cluster.dashboard_url is None:
+        return "the cluster runs without it"
+    return cluster.dashboard_error
 
 
 def clock_offsets(answers: NodeAnswers[float]) -> dict[str, tuple[float, float]]:
