@@ -23,7 +23,7 @@ from rankscope.doctor.preflight.model import (
     PreflightReport,
     Status,
 )
-from rankscope.doctor.preflight.probe import node_facts
+from rankscope.doctor.preflight.probe import node_facts, parse_xids
 from rankscope.doctor.preflight.render import render_html, render_preflight
 
 GIB = 1 << 30
@@ -102,6 +102,42 @@ def test_no_gpu_anywhere_is_skipped_with_the_reason():
     )
     check = check_gpus([none], CLUSTER)
     assert check.status == Status.SKIP and check.evidence["head"].startswith("no nvidia-smi")
+
+
+KERNEL_LOG = """\
+[   12.345678] nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms
+[ 8812.003141] NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, name=python, Graphics Exception
+[ 9001.100000] NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, name=python, Graphics Exception
+[ 9120.271828] NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen \
+off the bus.
+"""
+
+
+def test_xid_lines_of_the_kernel_log_are_parsed():
+    assert parse_xids(KERNEL_LOG) == [
+        {"pci": "PCI:0000:3b:00", "xid": 13, "text": "pid=4242, name=python, Graphics Exception"},
+        {"pci": "PCI:0000:3b:00", "xid": 13, "text": "pid=4242, name=python, Graphics Exception"},
+        {"pci": "PCI:0000:86:00", "xid": 79,
+         "text": "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."},
+    ]  # fmt: skip
+    assert parse_xids("no driver lines\n") == []
+
+
+def test_a_fatal_xid_fails_the_gpu_check_and_a_program_s_xid_warns():
+    xids = tuple(parse_xids(KERNEL_LOG))
+    check = check_gpus([_node("head"), _node("w1", xids=xids)], CLUSTER)
+    assert check.status == Status.FAIL
+    assert "w1: Xid 79 on PCI:0000:86:00: GPU has fallen off the bus" in check.summary
+    assert "w1: Xid 13 on PCI:0000:3b:00 (2x)" in check.summary
+    assert check.evidence["w1"].endswith("; 3 Xid errors since boot")
+    assert "fatal Xids" in check.fix
+    only_13 = tuple(x for x in xids if x["xid"] == 13)
+    assert check_gpus([_node("w1", xids=only_13)], CLUSTER).status == Status.WARN
+    unread = check_gpus([_node("w1", xid_error="the kernel log is not readable here")], CLUSTER)
+    assert unread.status == Status.OK
+    assert unread.evidence["w1"].endswith(
+        "Xid errors not read: the kernel log is not readable here"
+    )
 
 
 def test_small_shm_fails_and_an_object_store_above_it_warns():

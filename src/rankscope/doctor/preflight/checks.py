@@ -38,6 +38,19 @@ HURTING = {
     "NCCL_SHM_DISABLE": "turns off shared-memory transport inside a node",
 }
 IFNAME_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+FATAL_XIDS = {
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt",
+    64: "ECC page retirement or row remapping failed",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+"""Xids that mean the device (not the program) is broken: drain the node (NVIDIA's Xid catalog).
+Others (13, 31, 43: a program's fault; 63, 92, 94: recovered ECC) are warnings."""
 
 CheckFn = Callable[[Sequence[NodeFacts], ClusterFacts], Check]
 
@@ -150,19 +163,39 @@ def check_gpus(nodes: Sequence[NodeFacts], cluster: ClusterFacts) -> Check:
             fails.append(f"{n.label}: uncorrected ECC errors")
         if total and free < 0.9 * total:
             warns.append(f"{n.label}: {(total - free) / 1024:.1f} GiB already in use")
+        fatal, other = _xids(n)
+        fails += [f"{n.label}: {x}" for x in fatal]
+        warns += [f"{n.label}: {x}" for x in other]
+        if n.xids:
+            evidence[n.label] += f"; {len(n.xids)} Xid errors since boot"
+        elif n.gpus and n.xid_error:
+            evidence[n.label] += f"; Xid errors not read: {n.xid_error}"
     models = {g.name for n in nodes for g in n.gpus}
     if len(models) > 1:
         warns.append(f"GPU models differ across nodes: {', '.join(sorted(models))}")
     status = Status.FAIL if fails else Status.WARN if warns else Status.OK
     fix = {
         Status.FAIL: "start Ray with --num-gpus matching the devices (or fix "
-        "CUDA_VISIBLE_DEVICES); drain nodes with ECC errors",
+        "CUDA_VISIBLE_DEVICES); drain nodes with ECC errors or fatal Xids",
         Status.WARN: "stop what holds GPU memory before launching (nvidia-smi lists it)",
         Status.OK: "",
     }[status]
     return Check(
         "gpus", status, "; ".join(fails + warns) or "every node's GPUs match Ray", evidence, fix
     )
+
+
+def _xids(node: NodeFacts) -> tuple[list[str], list[str]]:
+    """The node's Xid errors as lines, fatal and other, each kind once with its count."""
+    counts: Counter[tuple[int, str]] = Counter((int(x["xid"]), str(x["pci"])) for x in node.xids)
+    fatal, other = [], []
+    for (xid, pci), count in sorted(counts.items()):
+        times = f" ({count}x)" if count > 1 else ""
+        if xid in FATAL_XIDS:
+            fatal.append(f"Xid {xid} on {pci}: {FATAL_XIDS[xid]}{times}")
+        else:
+            other.append(f"Xid {xid} on {pci}{times}")
+    return fatal, other
 
 
 def check_shm(nodes: Sequence[NodeFacts], cluster: ClusterFacts) -> Check:

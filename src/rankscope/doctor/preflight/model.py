@@ -60,6 +60,10 @@ class NodeFacts:
     """Half that round trip: the offset is known within this much."""
     ray_gpus: float = 0.0
     object_store_bytes: float = 0.0
+    xids: tuple[dict[str, Any], ...] = ()
+    """The driver's Xid errors since boot: {pci, xid, text}, oldest first."""
+    xid_error: str | None = None
+    """Why the kernel log was not read (no driver, not permitted)."""
 
     @classmethod
     def from_probe(
@@ -86,6 +90,8 @@ class NodeFacts:
             fake=raw.get("fake"),
             ray_gpus=resources.get("GPU", 0.0),
             object_store_bytes=resources.get("object_store_memory", 0.0),
+            xids=tuple((raw.get("xids") or {}).get("events") or ()),
+            xid_error=(raw.get("xids") or {}).get("error"),
         )
 
 

@@ -43,6 +43,10 @@ PACKAGES = {
 }
 """What `versions` reports, by the distributions that carry it (the first installed wins)."""
 VARIABLE_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_")
+KERNEL_LOG_TIMEOUT_S = 3.0
+MAX_XIDS = 50
+XID_LINE = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+),?\s*(.*)")
+"""The driver's report of a GPU error in the kernel log: `NVRM: Xid (PCI:0000:3b:00): 79, ...`."""
 SMI_FIELDS = (
     "index,name,driver_version,memory.total,memory.free,"
     "ecc.errors.uncorrected.volatile.total,compute_cap"
@@ -62,6 +66,7 @@ def node_facts(paths: dict[str, str], shared: str | None = None) -> dict[str, An
         "versions": _versions(),
         "torch_cuda": _torch_cuda(),
         "gpus": gpus(),
+        "xids": xid_events(),
         "shm": _disk("/dev/shm"),
         "nofile": _nofile(),
         "disks": {
@@ -180,6 +185,37 @@ def gpus() -> dict[str, Any]:
             }
         )
     return {"error": None, "devices": devices}
+
+
+def xid_events() -> dict[str, Any]:
+    """The driver's Xid errors since boot (kernel log), or why they cannot be read; nothing to
+    read on a node without the NVIDIA driver."""
+    if not os.path.exists("/proc/driver/nvidia"):
+        return {"error": "no NVIDIA driver", "events": []}
+    for command in (["dmesg"], ["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "cat"]):
+        exe = shutil.which(command[0])
+        if exe is None:
+            continue
+        try:
+            out = subprocess.run(
+                [exe, *command[1:]], capture_output=True, text=True, timeout=KERNEL_LOG_TIMEOUT_S
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0:
+            return {"error": None, "events": parse_xids(out.stdout)}
+    return {"error": "the kernel log is not readable here (dmesg needs root)", "events": []}
+
+
+def parse_xids(text: str) -> list[dict[str, Any]]:
+    """Every `NVRM: Xid` line as {pci, xid, text}; the newest MAX_XIDS."""
+    found = []
+    for line in text.splitlines():
+        match = XID_LINE.search(line)
+        if match:
+            pci, xid, rest = match.groups()
+            found.append({"pci": pci, "xid": int(xid), "text": rest.strip()[:200]})
+    return found[-MAX_XIDS:]
 
 
 def _number(text: str) -> float | None:
