@@ -144,6 +144,34 @@ def test_why_pending_stays_within_the_budget(seen):
     assert seen["cli_seconds"] < 30  # a sanity bound; the speed goal is the benchmark's
 
 
+def test_doctor_beside_the_live_job_shows_the_shared_gpu_and_the_work_that_fits_nowhere(seen):
+    assert seen["doctor_rc"] in (0, 1), seen["doctor"]
+    checks = {c["name"]: c for c in seen["doctor"]["checks"]}
+    gpus = checks["GPUs shared by a live job"]
+    assert gpus["status"] == "ok", gpus  # three at 0.33 on one GPU: within its shares
+    (row,) = [v for k, v in gpus["evidence"].items() if seen["nodes"]["one_gpu"][:8] in k]
+    assert row.count("Tenant") == 3, row
+    pending = checks["work Ray cannot place"]
+    assert pending["status"] == "fail", pending
+    assert any(
+        "NeedsThreeGpus" in k and v.startswith("infeasible") for k, v in pending["evidence"].items()
+    ), pending
+
+
+def test_trace_shows_each_actor_call_once_as_a_ray_task_with_its_worker(seen):
+    """Ray's task events (the state API, with the dashboard) in the trace: the traced actor's
+    calls, each once, on its own node and worker."""
+    trace = seen["trace"]
+    assert trace["rc"] in (0, 1), trace["stderr"]
+    work = [t for t in trace["tasks"] if t["name"].endswith("work")]
+    assert len(work) >= 5, [t["name"] for t in trace["tasks"]]
+    ids = [t["args"]["task_id"] for t in work]
+    assert len(ids) == len(set(ids))
+    assert {(t["args"]["worker_pid"], t["args"]["node_id"]) for t in work} == {
+        (trace["pid"], trace["node_id"])
+    }
+
+
 # --- the script ----------------------------------------------------------------------------
 
 
@@ -282,6 +310,11 @@ def main(out: Path) -> None:
         seen["by_gpu"] = json.loads(done.stdout) if done.stdout.strip() else done.stderr
         seen["by_gpu_text"] = _cli("memory", "--by-gpu").stdout
 
+        done = _cli("doctor", "--json", "--deadline", "60")  # beside the live job
+        seen["doctor_rc"] = done.returncode
+        seen["doctor"] = json.loads(done.stdout)["data"] if done.stdout.strip() else done.stderr
+        seen["trace"] = _trace_ray_tasks(out.parent / "trace.json")
+
         bad = _cli("plan", "2", "--prefer", "tpu_pod")
         seen["unknown_type"] = [bad.returncode, bad.stderr]
         del pending, strict
@@ -290,6 +323,53 @@ def main(out: Path) -> None:
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
+
+
+def _trace_ray_tasks(trace_file: Path) -> dict:
+    """`rankscope trace` while a driver thread calls a traced actor: its calls as Ray tasks."""
+    import threading
+
+    import ray
+
+    from rankscope.runtime.client import HubClient
+
+    @ray.remote(num_cpus=0)
+    class Traced:
+        def __init__(self) -> None:
+            import rankscope
+
+            rankscope.init(rank=0, world_size=1, group="traced")
+
+        def where(self) -> tuple[int, str]:
+            return os.getpid(), ray.get_runtime_context().get_node_id()
+
+        def work(self) -> None:
+            time.sleep(0.05)
+
+    traced = Traced.remote()
+    pid, node_id = ray.get(traced.where.remote(), timeout=120)
+    deadline = time.monotonic() + 30
+    while not any(p.context.pid == pid for p in HubClient.attach().probes()):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    stop = threading.Event()
+
+    def call() -> None:
+        while not stop.is_set():
+            ray.get(traced.work.remote())
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        done = _cli("trace", "--group", "traced", "--duration", "3s", "-o", str(trace_file))
+    finally:
+        stop.set()
+        caller.join()
+    events = json.loads(trace_file.read_text())["traceEvents"] if trace_file.exists() else []
+    tasks = [e for e in events if e.get("ph") == "X" and "task_id" in e.get("args", {})]
+    return {"rc": done.returncode, "stderr": done.stderr[-2000:], "pid": pid,
+            "node_id": node_id, "tasks": tasks}  # fmt: skip
 
 
 if __name__ == "__main__":
