@@ -18,7 +18,9 @@ VERDICT_ORDER = (
     "memory",
     "alerts",
     "logs",
+    "trace",
     "debug",
+    "environment",
 )
 """Whose finding becomes the page's first sentence: a hang explains the deaths that follow it."""
 MAX_TIMELINE = 500
@@ -34,7 +36,20 @@ _SEVERITIES = {
 
 
 def build_report(data: RunData, now: float) -> RunReport:
-    sections = tuple(s for build in SECTIONS if (s := build(data, now)) is not None)
+    built, notes = [], list(data.notes)
+    for build in SECTIONS:
+        try:
+            section = build(data, now)
+        except Exception as exc:  # one broken input costs its section, never the page
+            what = build.__name__.removesuffix("_section")
+            notes.append(
+                f"the {what} section is left out: its data could not be read "
+                f"({type(exc).__name__}: {exc})"[:300]
+            )
+            continue
+        if section is not None:
+            built.append(section)
+    sections = tuple(built)
     return RunReport(
         job_id=data.job_id,
         source=data.source,
@@ -42,7 +57,7 @@ def build_report(data: RunData, now: float) -> RunReport:
         verdict=verdict(sections, data),
         timeline=timeline(data),
         sections=sections,
-        notes=data.notes,
+        notes=tuple(notes),
     )
 
 

@@ -7,18 +7,25 @@ reads them on its node (the CLI may run on another machine), with a live snapsho
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 from typing import Any
 
 from rankscope.errors import UserError
 from rankscope.report.model import RunData
-from rankscope.runtime.run_dir import read_reports, tail_events
+from rankscope.runtime.run_dir import TRACE_PREFIX, read_reports, tail_events
 from rankscope.serialize import plain
 
 EVENT_LIMIT = 20_000
+"""Events read at most (the newest): enough for a run's story, bounded for huge runs."""
 EVERY_KIND = [""]
 """Events of every kind, the hub's records of who is who (`probe.registered`) included."""
-"""Events read at most (the newest): enough for a run's story, bounded for huge runs."""
+TRACES_READ = 3
+"""Trace files summarised at most (the newest): each is read whole."""
+TRACE_BYTES = 64 << 20
+"""Larger trace files are listed, not read (Perfetto opens them)."""
+MONITOR_DEADLINE_S = 5.0
 HANG_MIN_WAIT_S = 5.0
 """As `rankscope hang`'s default: a shorter wait in a collective is not yet a hang."""
 
@@ -40,6 +47,7 @@ def collect_run(
             events,
             artifacts,
             files=tuple(files),
+            traces=read_traces(job_dir, files),
             notes=tuple(skipped),
         )
     return _from_hub(address, job, live=live)
@@ -73,7 +81,7 @@ def find_job_dir(path: str, job: str | None) -> str | None:
 
 def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
     from rankscope.hang.collect import hang_reports
-    from rankscope.monitor.collect import job_health, tops
+    from rankscope.monitor.collect import tops
     from rankscope.runtime.client import HubClient
     from rankscope.stacks.collect import stack_reports
     from rankscope.status.collect import job_statuses
@@ -90,11 +98,31 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
     stacks: tuple[dict[str, Any], ...] = ()
     health: tuple[dict[str, Any], ...] = ()
     top: tuple[dict[str, Any], ...] = ()
+    series: tuple[dict[str, Any], ...] = ()
+    environment: tuple[dict[str, Any], ...] = ()
+    notes = list(skipped)
     if live and alive:
         hang = tuple(plain(r) for r in hang_reports(address, job_id, HANG_MIN_WAIT_S))
         stacks = tuple(plain(r) for r in stack_reports(address, job_id, None, client=client))
-        health = tuple(plain(h) for h in job_health(address, job_id))
         top = tuple(plain(t) for t in tops(client, job_id))
+        try:
+            series, health = _monitor(client, job_id)
+        except Exception as exc:  # the page goes on without the series
+            notes.append(f"the ranks' step series could not be read ({exc})")
+        try:
+            from rankscope.doctor.collect import job_environments
+
+            environment = tuple(plain(e) for e in job_environments(address, job_id))
+        except Exception as exc:  # the page goes on without it
+            notes.append(f"the ranks' environments could not be compared ({exc})")
+    if os.path.isdir(job_dir):  # the hub's node is this one (else the files are out of reach)
+        traces = read_traces(job_dir, files)
+    else:
+        traces = tuple(
+            {"name": n, "bytes": size, "error": f"on the hub's node in {job_dir}: run "
+             "`rankscope report` there to summarise it"}
+            for n, size in files if _is_trace(n)
+        )  # fmt: skip
     return RunData(
         job_id,
         f"the hub ({job_dir})",
@@ -108,8 +136,58 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
         stacks=stacks,
         health=health,
         top=top,
-        notes=tuple(skipped),
+        series=series,
+        traces=traces,
+        environment=environment,
+        notes=tuple(notes),
     )
+
+
+def _monitor(
+    client: Any, job_id: str
+) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+    """Every live rank's step series (one fan-out) and the monitor's findings over them."""
+    from rankscope.monitor.model import RankSeries
+    from rankscope.report.trends import monitor_data
+    from rankscope.runtime.protocol import ProbeState
+
+    live = [p for p in client.probes(job_id) if p.state != ProbeState.DEAD]
+    if not live:
+        return (), ()
+    result = client.fan_out("monitor", live, deadline_s=MONITOR_DEADLINE_S)
+    return monitor_data([r.payload for r in result.replies if isinstance(r.payload, RankSeries)])
+
+
+def read_traces(job_dir: str, files: list[tuple[str, int]]) -> tuple[dict[str, Any], ...]:
+    """The job's trace files (oldest first), the newest `TRACES_READ` digested; a file too
+    large or unreadable says why instead."""
+    from rankscope.report.traces import digest
+
+    traces = [(n, size) for n, size in files if _is_trace(n)]
+    out = []
+    for i, (name, size) in enumerate(traces):
+        path = os.path.join(job_dir, name)
+        entry: dict[str, Any] = {"name": name, "path": path, "bytes": size}
+        if i < len(traces) - TRACES_READ:
+            entry["error"] = "older trace, not summarised (open it in Perfetto)"
+        elif size > TRACE_BYTES:
+            entry["error"] = (
+                f"{size / 2**20:.0f} MiB, over the {TRACE_BYTES >> 20} MiB the report reads: "
+                "open it in Perfetto"
+            )
+        else:
+            try:
+                opener: Any = gzip.open if name.endswith(".gz") else open
+                with opener(path, "rt", encoding="utf-8") as f:
+                    entry["digest"] = digest(json.load(f))
+            except Exception as exc:  # a broken file costs its summary, never the page
+                entry["error"] = f"not readable as a trace ({type(exc).__name__}: {exc})"[:200]
+        out.append(entry)
+    return tuple(out)
+
+
+def _is_trace(name: str) -> bool:
+    return name.startswith(TRACE_PREFIX) and name.endswith((".json", ".json.gz"))
 
 
 def _is_job_dir(path: str) -> bool:

@@ -37,6 +37,8 @@ class Table:
 class Series:
     label: str
     points: tuple[tuple[float, float], ...]
+    highlight: bool = False
+    """Drawn in red and thick: a rank the text names (it diverges from the others)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class Chart:
     unit: str
     """"bytes", "s" or "": how the y axis is written."""
     series: tuple[Series, ...]
+    x_unit: str = "time"
+    """"time" (epoch seconds, written as a clock) or "step" (step numbers)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,14 @@ class RunData:
     """Live training health (`monitor --json`'s data): findings over every rank's series."""
     top: tuple[dict[str, Any], ...] = ()
     """Live per-rank rows (`top --json`'s data), the worst rank first."""
+    series: tuple[dict[str, Any], ...] = ()
+    """Live step series per rank: {"rank", "group", "samples": [[step, time, loss, tokens]]}
+    (the monitor's bounded series; the run directory keeps none)."""
+    traces: tuple[dict[str, Any], ...] = ()
+    """The run's trace files read back: {"name", "bytes", and "digest" or "error"}."""
+    environment: tuple[dict[str, Any], ...] = ()
+    """Doctor results: {"source", "command": "doctor" | "diagnose", "data"}, from the run
+    directory's saved `--json` outputs and, when the job is live, a fresh `diagnose`."""
     notes: tuple[str, ...] = ()
     """What could not be read, said once on the page."""
 

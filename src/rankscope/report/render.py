@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import html
-import time
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -21,6 +20,7 @@ __all__ = ["render_html", "render_summary", "write_html"]
 
 WIDTH, HEIGHT, PAD = 900, 220, 48
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+HIGHLIGHT, MUTED = "#d62728", "#9bb7d4"
 MARK = {Severity.INFO: "#7f7f7f", Severity.WARN: "#ff7f0e", Severity.FAIL: "#d62728"}
 
 
@@ -97,33 +97,41 @@ def chart_svg(chart: Chart) -> str:
     x0, x1, y0, y1 = min(xs), max(xs), min(0.0, min(ys)), max(ys)
     sx = (WIDTH - 2 * PAD) / max(x1 - x0, 1e-9)
     sy = (HEIGHT - 2 * PAD) / max(y1 - y0, 1e-9)
-    parts = []
-    for i, series in enumerate(chart.series):
+    parts, legend = [], []
+    muted = any(s.highlight for s in chart.series)  # the others step back, the named stand out
+    ordered = sorted(enumerate(chart.series), key=lambda s: s[1].highlight)  # named drawn last
+    for i, series in ordered:
         path = " ".join(
             f"{PAD + (x - x0) * sx:.1f},{HEIGHT - PAD - (y - y0) * sy:.1f}"
             for x, y in series.points
         )
-        colour = COLOURS[i % len(COLOURS)]
+        colour = HIGHLIGHT if series.highlight else (MUTED if muted else COLOURS[i % len(COLOURS)])
+        width = 3 if series.highlight else 1.5
         parts.append(
-            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{path}">'
+            f'<polyline fill="none" stroke="{colour}" stroke-width="{width}" points="{path}">'
             f"<title>{html.escape(series.label)}</title></polyline>"
         )
-        parts.append(
+        legend.append(
             f'<text x="{WIDTH - PAD + 4}" y="{PAD + 14 * i}" font-size="11" fill="{colour}">'
-            f"{html.escape(series.label[:16])}</text>"
+            f"{html.escape(series.label[:24])}</text>"
         )
+    parts.extend(legend)
     top, bottom = _value(y1, chart.unit), _value(y0, chart.unit)
+    if chart.x_unit == "time":
+        first, last = _clock(x0), _clock(x1)
+    else:
+        first, last = f"step {x0:g}", f"step {x1:g}"
     axis = (
         f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" '
         'stroke="#999"/>'
         f'<text x="4" y="{PAD}" font-size="11">{top}</text>'
         f'<text x="4" y="{HEIGHT - PAD}" font-size="11">{bottom}</text>'
-        f'<text x="{PAD}" y="{HEIGHT - PAD + 16}" font-size="11">{_clock(x0)}</text>'
+        f'<text x="{PAD}" y="{HEIGHT - PAD + 16}" font-size="11">{first}</text>'
         f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 16}" font-size="11" '
-        f'text-anchor="end">{_clock(x1)}</text>'
+        f'text-anchor="end">{last}</text>'
     )
     return (
-        f'<svg class="chart" width="{WIDTH + 80}" height="{HEIGHT}" role="img" '
+        f'<svg class="chart" width="{WIDTH + 140}" height="{HEIGHT}" role="img" '
         f'aria-label="{html.escape(chart.title)}">{axis}{"".join(parts)}</svg>'
     )
 
@@ -136,4 +144,4 @@ def _clock(t: float, with_date: bool = False) -> str:
     if t <= 0:
         return "?"
     fmt = "%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S"
-    return datetime.datetime.fromtimestamp(t).strftime(fmt) if t < 1e11 else time.strftime(fmt)
+    return datetime.datetime.fromtimestamp(t).strftime(fmt)

@@ -12,9 +12,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from rankscope.ranks import format_ranks
+from rankscope.report.environment import environment_section
 from rankscope.report.health import alerts_section, logs_section, monitor_section
 from rankscope.report.layout import MAX_ROWS, fold_rows, process_label, series
 from rankscope.report.model import Chart, RunData, Section, Table
+from rankscope.report.traces import trace_section
+from rankscope.report.trends import trends_section
 from rankscope.units import ago, human_bytes
 
 
@@ -223,8 +226,11 @@ SECTIONS: tuple[Callable[[RunData, float], Section | None], ...] = (
     consistency_section,
     memory_section,
     monitor_section,
+    trends_section,
+    trace_section,
     logs_section,
     alerts_section,
+    environment_section,
     debug_section,
     files_section,
     events_section,
