@@ -100,3 +100,76 @@ def test_sampling_gates_debug_decorator_capture_and_memory_by_step():
     assert [a["args"]["index"] for a in attrs if "args" in a] == expected
     assert [a["args"]["index"] for a in attrs if "rss_delta_bytes" in a] == expected
     assert "args" not in attrs[-1] and "rss_delta_bytes" not in attrs[-1]
+
+
+def test_live_off_pauses_the_collective_recorder_and_its_summary(tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    from rankscope.hang.evidence import last_collectives
+    from rankscope.hang.recorder import collective_recorder, record_collectives, stop_recording
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
+    record_collectives()
+    recorder = collective_recorder()
+    try:
+        dist.all_reduce(torch.ones(2))
+        before, first = recorder.total, recorder.snapshot().records[-1]
+        level.set_level("off")
+        dist.all_reduce(torch.ones(2))
+        dist.all_reduce(torch.ones(2))
+        while_off, snapshot, summary = recorder.total, recorder.snapshot(), last_collectives()
+        level.set_level("light")
+        dist.all_reduce(torch.ones(2))
+        resumed = recorder.snapshot()
+    finally:
+        stop_recording()
+        dist.destroy_process_group()
+    assert while_off == before and snapshot.paused and snapshot.records[-1] == first
+    assert summary.paused and summary.records == ()  # not summarised either
+    assert recorder.total == before + 1 and not resumed.paused
+    assert resumed.records[-1].seq == first.seq + 3  # torch's own counter: still aligned
+
+
+def test_the_watchdog_checks_nothing_at_live_off_and_counts_afresh_after():
+    import time
+    from types import SimpleNamespace
+
+    from rankscope.hang.watchdog import Watchdog
+
+    dog = Watchdog(SimpleNamespace(config=SimpleNamespace(hang_timeout=0.05), alive=False))
+    rankscope.step()
+    dog._check()
+    time.sleep(0.2)
+    assert dog._busy_without_step(time.time()) > 0.05  # at light it would report now
+    level.set_level("off")
+    dog._check()
+    assert dog.triggers == [] and dog.busy_since is None
+    level.set_level("light")
+    assert dog._busy_without_step(time.time()) < 0.05
+
+
+def test_a_hang_report_says_which_ranks_are_at_level_off():
+    from rankscope.hang.analysis import RankEvidence, analyze_hang
+    from rankscope.hang.model import CallState, CollectiveRecord
+
+    def rec(seq: int, state: CallState = CallState.COMPLETED) -> CollectiveRecord:
+        end = None if state is CallState.STARTED else 901.0
+        return CollectiveRecord(
+            "0", seq, "all_reduce", ((4,),), ("f32",), 900.0, end, state, "t.py:1"
+        )
+
+    groups = {"0": (0, 1)}
+    report = analyze_hang(
+        "job",
+        [
+            RankEvidence(0, (rec(7), rec(8, CallState.STARTED)), groups),
+            RankEvidence(1, (rec(3),), groups, paused=True),
+        ],
+        now=1000.0,
+    )
+    assert report.paused_ranks == (1,)
+    (finding,) = report.findings
+    assert "rank 1 never entered #8, its last completed collective is #3 (its level is off" in (
+        finding.message
+    )

@@ -53,6 +53,8 @@ class RankEvidence:
     death_kind: DeathKind = DeathKind.UNKNOWN
     died_at: float | None = None
     """When Ray saw it end; None when unknown (then `last_seen` orders the deaths)."""
+    paused: bool = False
+    """Its level was switched live to `off`: its records stop where it was switched."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class HangReport:
     """Ranks named by a group that sent no evidence (no probe, or it did not answer)."""
     group: str | None = None
     """The group these ranks form, when the job has several (verl's worker groups)."""
+    paused_ranks: tuple[int, ...] = ()
+    """Ranks at level `off` (switched live): they record no collectives meanwhile."""
 
     @property
     def ok(self) -> bool:
@@ -135,7 +139,10 @@ def analyze_hang(
     findings.extend(_dead(evidence, now))
     findings.extend(_first_death(evidence))
     missing = sorted({r for m in groups.values() for r in m} - set(by_rank))
-    return HangReport(job_id, now, tuple(findings), tuple(states), tuple(missing))
+    paused = tuple(sorted(e.rank for e in evidence if e.paused and not e.dead))
+    return HangReport(
+        job_id, now, tuple(findings), tuple(states), tuple(missing), paused_ranks=paused
+    )
 
 
 def _hangs(
@@ -255,6 +262,8 @@ def _absent_rank(
         text = f"rank {rank} never entered #{seq}, its last completed collective is {last}"
     if evidence.dead:
         return f"{text}; rank {rank} is dead"
+    if evidence.paused:
+        text += " (its level is off: it records no collectives)"
     if evidence.where:
         text += f"; rank {rank} is in {evidence.where}"
     return text

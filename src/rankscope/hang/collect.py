@@ -73,6 +73,7 @@ def hang_report(
                 death_kind=deaths[pid].kind if pid in deaths else DeathKind.UNKNOWN,
                 died_at=deaths[pid].died_at if pid in deaths else None,
                 last_seen=p.last_seen,
+                paused=snapshot.paused,
             )
         )
     return dataclasses.replace(analyze_hang(job_id, evidence, time.time(), min_wait_s), group=group)

@@ -1,8 +1,9 @@
 """What each probe reports about its collectives and whereabouts, live and as last words.
 
 The `collectives` command returns the whole ring buffer; the heartbeat summaries carry the
-last few records and where the process is (its thread in a collective or in user code, which
-need not be the main thread), so the hub still knows them after the process died.
+last few records (none while the level is off) and where the process is (its thread in a
+collective or in user code, which need not be the main thread), so the hub still knows them
+after the process died.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from rankscope import level as _level
 from rankscope.hang.flight import read_flight_recorder
 from rankscope.hang.model import RecorderSnapshot
 from rankscope.hang.recorder import collective_recorder
@@ -29,8 +31,8 @@ def _collectives_command(args: dict[str, Any]) -> RecorderSnapshot:
 
 @register_summary("collectives")
 def last_collectives() -> RecorderSnapshot:
-    """The last few records: small enough to send with every heartbeat."""
-    return collective_recorder().snapshot(last=SUMMARY_RECORDS)
+    """The last few records: small enough to send with every heartbeat (none at level off)."""
+    return collective_recorder().snapshot(last=SUMMARY_RECORDS if _level.RECORDING else 0)
 
 
 @register_summary("where")

@@ -5,7 +5,8 @@ code and libraries call through), so any backend is seen: gloo, nccl, others. Se
 come from the process group's own counter when torch keeps one, so ranks stay aligned even when
 a probe started late; otherwise from a counter of ours per group. Async work is completed when
 its `wait()` returns. The wrapper costs about a microsecond and never changes what the call
-does or raises.
+does or raises. Switched live to the level `off`, it only calls through (torch's sequence
+numbers stay aligned; our own per-group counters, p2p's, skip the calls made meanwhile).
 
 With NCCL (any backend whose work runs asynchronously on a device), the Python call returns as
 soon as the work is enqueued: a collective stuck on the GPU would look completed. For those the
@@ -20,7 +21,6 @@ import collections
 import contextlib
 import importlib.abc
 import importlib.machinery
-import re
 import sys
 import threading
 import time
@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+from rankscope import level as _level
+from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot, error_text
 from rankscope.runtime.api import send_last_words
 
 COLLECTIVES = (
@@ -231,6 +232,7 @@ class CollectiveRecorder:
             groups={name: ranks for name, ranks, _, _ in self._groups.values()},
             dropped=dropped,
             recording=_installed is not None,
+            paused=not _level.RECORDING,
         )
 
     def in_flight(self, older_than: float) -> CollectiveRecord | None:
@@ -357,6 +359,8 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     p2p = op in POINT_TO_POINT
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
+        if not _level.RECORDING:  # switched live to `off`: the call alone (one attribute read)
+            return fn(*args, **kwargs)
         try:
             if batch:
                 group = getattr(args[0][0], "group", None) if args and args[0] else None
@@ -403,23 +407,6 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     recorded.__name__ = fn.__name__
     recorded.__doc__ = fn.__doc__
     return recorded
-
-
-ERROR_CHARS = 200
-_SOURCE_PREFIX = re.compile(r"^\[[^\]]*:\d+\]\s*")
-"""gloo and NCCL start their messages with the C++ source location: `[.../pair.cc:553] `."""
-
-
-def error_text(exc: BaseException) -> str:
-    """The first sentence of an exception, without the C++ source location, at most 200 chars.
-
-    Example: `Connection closed by peer [127.0.0.1]:43437` for gloo's error when a peer died.
-    """
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    text = _SOURCE_PREFIX.sub("", text)
-    head, sep, _ = text.partition(". ")
-    text = head if sep else text.rstrip(".")
-    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
 
 
 def _is_work(value: Any) -> bool:

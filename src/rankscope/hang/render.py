@@ -47,6 +47,15 @@ def render_hang(report: HangReport, *, show_all: bool = False) -> RenderableType
     if len(groups) < len(report.groups):
         more = len(report.groups) - len(groups)
         lines.append(Text(f"  ... {more} more collective groups (--all lists them)", style="dim"))
+    if report.paused_ranks:
+        ranks = format_ranks(report.paused_ranks)
+        lines.append(
+            Text(
+                f"  ranks {ranks} at level off: no collectives recorded "
+                f"(`rankscope level light --ranks {ranks}` resumes)",
+                style="yellow",
+            )
+        )
     if report.missing_ranks:
         lines.append(
             Text(f"  no evidence from ranks {format_ranks(report.missing_ranks)}", style="yellow")

@@ -9,7 +9,8 @@ from every thread's stack and the recorder's call in flight). Time spent waiting
 count, so a rank idle for ten minutes whose next task stalls is reported `hang_timeout` into
 that task. The first rank to notice claims the report at the hub; the others only log. The
 report is written to the run directory before the backend's timeout (10-30 min) kills the job
-and the evidence.
+and the evidence. While the level is switched live to `off` it checks nothing and writes no
+report; back at `light`, the time without a step counts from then.
 
 Cost: at most one stack capture per check interval (1 s, or `hang_timeout / 4`), none before
 the first step and none while steps come faster than that. Measured (2-core machine, median of
@@ -24,6 +25,7 @@ import logging
 import threading
 import time
 
+from rankscope import level
 from rankscope.hang.activity import find_work
 from rankscope.hang.recorder import collective_recorder, record_when_imported
 from rankscope.runtime.probe import Probe, progress, register_startup
@@ -66,6 +68,10 @@ class Watchdog:
 
     def _check(self) -> None:
         now = time.time()
+        if not level.RECORDING:  # switched live to `off`: no report; count afresh once back
+            self.busy_since, self.work, self.last_check = None, None, now
+            self._seen_step = progress.step
+            return
         stuck = collective_recorder().in_flight(older_than=now - self.timeout)
         busy_s = self._busy_without_step(now)
         self.last_check = now
