@@ -3,7 +3,16 @@ the live cluster with declared GPUs and a dashboard is tests/test_resources_clus
 
 from __future__ import annotations
 
-from rankscope.doctor.preflight.live import PENDING, gpu_sharing_check, pending_check
+from rankscope.doctor.analysis import compare_environments
+from rankscope.doctor.collect import JobEnvironment
+from rankscope.doctor.model import EnvironmentFacts, ProcessFacts
+from rankscope.doctor.preflight.live import (
+    PENDING,
+    VERSIONS,
+    gpu_sharing_check,
+    job_versions_check,
+    pending_check,
+)
 from rankscope.doctor.preflight.model import Status
 from rankscope.memory.analysis.gpus import GpuShare, TenantRow
 from rankscope.memory.by_gpu import JobGpus
@@ -58,3 +67,24 @@ def test_work_that_fits_no_node_fails_and_work_that_waits_warns():
     assert check.evidence["actor NeedsThreeGpus"] == "infeasible: no node has 3 GPU (most: 2)"
     assert pending_check(PendingReport((), (waiting,))).status == Status.WARN
     assert pending_check(PendingReport((), ())).summary == "nothing is pending"
+
+
+def _process(rank: int, torch: str) -> ProcessFacts:
+    facts = EnvironmentFacts(
+        "3.11.7", "linux", "0.1.0", "2.60.0", torch, None, None, (), None, None
+    )
+    return ProcessFacts(f"rank {rank}", "h", facts, rank, "10.0.0.1:29500")
+
+
+def test_a_live_job_whose_ranks_loaded_different_torch_fails_naming_the_odd_rank():
+    processes = [_process(0, "2.13.0"), _process(1, "2.13.0"), _process(2, "2.6.0")]
+    job = JobEnvironment("01000000", processes, compare_environments(processes), [])
+    check = job_versions_check([job])
+    assert check.name == VERSIONS and check.status == Status.FAIL
+    assert check.summary.startswith("job 01000000: ") and "rank 2" in check.summary
+    assert check.evidence["job 01000000"] == (
+        "3 processes: python 3.11.7, torch 2.13.0/2.6.0, ray 2.60.0"
+    )
+    same = [_process(r, "2.13.0") for r in range(2)]
+    ok = job_versions_check([JobEnvironment("01000000", same, compare_environments(same), [])])
+    assert ok.status == Status.OK

@@ -147,6 +147,8 @@ def test_why_pending_stays_within_the_budget(seen):
 def test_doctor_beside_the_live_job_shows_the_shared_gpu_and_the_work_that_fits_nowhere(seen):
     assert seen["doctor_rc"] in (0, 1), seen["doctor"]
     checks = {c["name"]: c for c in seen["doctor"]["checks"]}
+    versions = checks["versions in a live job"]
+    assert versions["status"] == "ok" and any(k.startswith("job ") for k in versions["evidence"])
     gpus = checks["GPUs shared by a live job"]
     assert gpus["status"] == "ok", gpus  # three at 0.33 on one GPU: within its shares
     (row,) = [v for k, v in gpus["evidence"].items() if seen["nodes"]["one_gpu"][:8] in k]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rankscope.doctor.collect import JobEnvironment, job_environments
 from rankscope.doctor.preflight.model import Check, Status
 from rankscope.errors import NoHubError, UserError
 from rankscope.memory.by_gpu import JobGpus, collect_by_gpu
@@ -20,15 +21,22 @@ from rankscope.resources.collect import pending_report
 from rankscope.resources.model import PendingReport, Verdict
 from rankscope.units import human_bytes
 
-__all__ = ["gpu_sharing_check", "live_checks", "pending_check"]
+__all__ = ["gpu_sharing_check", "job_versions_check", "live_checks", "pending_check"]
 
+VERSIONS = "versions in a live job"
 GPUS = "GPUs shared by a live job"
 PENDING = "work Ray cannot place"
 
 
 def live_checks(address: str | None, dashboard_error: str | None) -> list[Check]:
-    """The two checks of a live cluster; each skipped, with why, when its source is absent
+    """The checks of a live cluster; each skipped, with why, when its source is absent
     (`dashboard_error`: the state API is not asked when the dashboard is known not to answer)."""
+    try:
+        versions = job_versions_check(job_environments(address, None))
+    except NoHubError:
+        versions = Check(VERSIONS, Status.SKIP, "no live job: no probe has started rankscope's hub")
+    except Exception as exc:
+        versions = Check(VERSIONS, Status.SKIP, f"not read: {_first_line(exc)}")
     try:
         gpus = gpu_sharing_check(collect_by_gpu(address, None))
     except NoHubError:
@@ -36,14 +44,49 @@ def live_checks(address: str | None, dashboard_error: str | None) -> list[Check]
     except Exception as exc:  # the doctor's other checks stand without this one
         gpus = Check(GPUS, Status.SKIP, f"not read: {_first_line(exc)}")
     if dashboard_error is not None:
-        return [gpus, Check(PENDING, Status.SKIP, f"not read: no dashboard ({dashboard_error})")]
+        no_dashboard = f"not read: no dashboard ({dashboard_error})"
+        return [versions, gpus, Check(PENDING, Status.SKIP, no_dashboard)]
     try:
         pending = pending_check(pending_report(address))
     except UserError as exc:  # no dashboard: the state API does not answer
         pending = Check(PENDING, Status.SKIP, f"not read: {_first_line(exc)}")
     except Exception as exc:
         pending = Check(PENDING, Status.SKIP, f"not read: {_first_line(exc)}")
-    return [gpus, pending]
+    return [versions, gpus, pending]
+
+
+def job_versions_check(jobs: Sequence[JobEnvironment]) -> Check:
+    """The live job's own environment, as its processes loaded it (the `--runtime-env` of a
+    job already running): FAIL when versions or NCCL/torch variables differ across the ranks
+    of a group (`rankscope diagnose`'s comparison)."""
+    evidence: dict[str, str] = {}
+    findings: list[str] = []
+    for job in jobs:
+        if not job.processes:
+            continue
+        seen: dict[str, set[str]] = {}
+        for p in job.processes:
+            f = p.facts
+            for name, value in (("python", f.python), ("torch", f.torch), ("ray", f.ray)):
+                seen.setdefault(name, set()).add(value or "-")
+        evidence[f"job {job.job_id}"] = f"{len(job.processes)} processes: " + ", ".join(
+            f"{name} {'/'.join(sorted(values))}" for name, values in seen.items()
+        )
+        findings += [f"job {job.job_id}: {f.message}" for f in job.findings]
+        if job.unanswered:
+            evidence[f"job {job.job_id} no answer"] = ", ".join(job.unanswered)
+    if not evidence:
+        return Check(VERSIONS, Status.SKIP, "no live job's process answered")
+    if findings:
+        return Check(
+            VERSIONS,
+            Status.FAIL,
+            "; ".join(findings),
+            evidence,
+            fix="give every rank the same environment (one runtime_env or image); "
+            "`rankscope diagnose` lists each process",
+        )
+    return Check(VERSIONS, Status.OK, "every live job's ranks run the same versions", evidence)
 
 
 def gpu_sharing_check(jobs: Sequence[JobGpus]) -> Check:
