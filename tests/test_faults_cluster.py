@@ -2,13 +2,14 @@
 a frozen (SIGSTOP) rank, the hub killed during a `stacks` fan-out, a full disk under the run
 directory. rankscope must not hang, crash or slow the job, and must say what happened.
 
-The session's `cluster` is reused; the node-removal test adds a third node of its own and
-removes it (the session's second node stays). Each test names its own group of ranks, so the
-session job's other ranks (earlier tests') never mix in.
+The session's `cluster` is reused; the node-removal and raylet-kill tests add a third node of
+their own and remove it (the session's second node stays). Each test names its own group of
+ranks, so the session job's other ranks (earlier tests') never mix in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,9 @@ import threading
 import time
 import uuid
 
+import psutil
 import ray
+from ray._private import ray_constants
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
@@ -24,11 +27,15 @@ from helpers import probes_by_pid, wait_registered
 from rankscope.config import Config
 from rankscope.runtime.client import HUB_RESTART_WAIT_S, HubClient
 from rankscope.runtime.hub import find_hub
+from rankscope.runtime.liveness import NODE_SWEEP_S
 from rankscope.runtime.protocol import ProbeState
 from workers import WORKER_NODE_RESOURCE, wait_until
 
 FAULT_NODE = "rs_fault_node"
 CONFIG = Config.from_env()
+RAY_HEALTH_CHECK_S = 3.0 * 5
+"""Ray's GCS declares a node dead after 5 failed health checks 3 s apart (its defaults,
+health_check_period_ms and health_check_failure_threshold: GCS-wide, not settable per node)."""
 
 
 class FaultRank:
@@ -128,6 +135,56 @@ def test_a_removed_node_s_rank_is_dead_with_its_last_words_and_the_other_answers
     finally:
         if node is not None:
             cluster.remove_node(node)
+
+
+def test_a_rank_whose_raylet_was_killed_is_dead_with_node_gone_while_it_heartbeats(cluster):
+    """SIGKILL a node's raylet: its worker lives on and keeps heartbeating over the connection
+    it has, but Ray declares the node dead; the hub's node sweep makes the rank dead with
+    "node gone" within Ray's health check, and status and stacks say so."""
+    node = cluster.add_node(num_cpus=1, resources={FAULT_NODE: 10})
+    cluster.wait_for_nodes()
+    raylet = psutil.Process(node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid)
+    group = f"fault-raylet-{uuid.uuid4().hex[:6]}"
+    rank = ray.remote(num_cpus=0)(FaultRank).options(resources={FAULT_NODE: 1}).remote(0, group)
+    orphans: list[psutil.Process] = []
+    try:
+        pid = ray.get(rank.pid.remote(), timeout=60)
+        wait_registered([pid])
+        rank.train.remote(600.0)
+        orphans = raylet.children(recursive=True)  # its workers outlive it: ours to end
+        raylet.send_signal(signal.SIGKILL)
+        killed_at = time.time()
+
+        def gone() -> bool:
+            found = probes_by_pid([pid]).get(pid)
+            return found is not None and found.state == ProbeState.DEAD
+
+        wait_until(gone, timeout=RAY_HEALTH_CHECK_S + 45, what="the rank to be seen dead")
+        noticed_after = time.time() - killed_at
+        # Ray's health checks, one sweep, then slack for a loaded machine
+        assert noticed_after < RAY_HEALTH_CHECK_S + NODE_SWEEP_S + 15, noticed_after
+        assert psutil.pid_exists(pid)  # the worker outlived its raylet ...
+
+        code, out, err, _ = _cli("status", "--job", _job(), "--group", group, "--json")
+        assert code == 1, err  # a dead rank is a finding
+        (job,) = json.loads(out)["data"].values()
+        (probe,) = [p for p in job["processes"] if p["info"]["context"]["pid"] == pid]
+        assert probe["state"] == "dead" and probe["reason"].startswith("node gone: "), probe
+        assert time.time() - probe["last_seen"] < 5.0  # ... and still heartbeats: yet dead
+        cause = job["deaths"][probe["info"]["probe_id"]]
+        assert cause.startswith("node gone: Ray declared node "), cause
+
+        code, out, err, _ = _cli("status", "--job", _job(), "--group", group)
+        assert "died: node gone: Ray declared node" in " ".join(out.split()), out
+        code, out, err, _ = _cli("stacks", "--job", _job(), "--group", group, "--json")
+        assert code in (0, 1), err
+        (missing,) = json.loads(out)["data"][0]["unanswered"]
+        assert missing["reason"].startswith("process is dead (node gone: "), missing
+    finally:
+        for process in orphans:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signal.SIGKILL)
+        cluster.remove_node(node, allow_graceful=False)
 
 
 def test_a_frozen_rank_and_a_hub_killed_mid_fan_out(cluster):

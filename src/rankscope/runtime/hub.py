@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import time
 from typing import Any
@@ -25,7 +26,7 @@ import ray
 from rankscope._version import __version__
 from rankscope.config import HUB_NAME, Config, hub_namespace
 from rankscope.runtime.coordination import Claims, Exchanges
-from rankscope.runtime.liveness import process_still_exists
+from rankscope.runtime.liveness import NODE_SWEEP_S, dead_nodes, process_still_exists
 from rankscope.runtime.mailbox import PendingReplies
 from rankscope.runtime.protocol import (
     CommandResult,
@@ -47,6 +48,8 @@ from rankscope.runtime.run_dir import (
     tail_events,
     write_atomically,
 )
+
+log = logging.getLogger("rankscope")
 
 
 class Hub:
@@ -180,6 +183,7 @@ class Hub:
         if not self._background:
             self._background = [
                 asyncio.ensure_future(self._reap_forever()),
+                asyncio.ensure_future(self._watch_nodes_forever()),
                 asyncio.ensure_future(self._events.write_forever()),
             ]
 
@@ -190,6 +194,24 @@ class Hub:
             for record in self._registry.to_check(time.time(), self._config.dead_after):
                 self._checks.add(asyncio.ensure_future(self._classify_silent(record)))
             self._registry.forget_oldest_dead()
+
+    async def _watch_nodes_forever(self) -> None:
+        """Ray's verdict on nodes: probes on a node Ray declared dead are dead ("node gone"),
+        even while they still heartbeat (a worker outlives its SIGKILL-ed raylet). One GCS
+        read per NODE_SWEEP_S, in a thread, one at a time, only while a probe is alive: never
+        on a heartbeat's or a command's path."""
+        while True:
+            await asyncio.sleep(NODE_SWEEP_S)
+            if not self._registry.live_node_ids():
+                continue
+            try:
+                dead = await asyncio.to_thread(dead_nodes)
+            except Exception:  # the GCS is busy or restarting: the next sweep asks again
+                continue
+            for record in self._registry.mark_nodes_gone(dead):
+                ctx = record.info.context
+                log.warning("rankscope hub: %s (pid %s) is dead: %s", ctx.label, ctx.pid,
+                            record.reason)  # fmt: skip
 
     async def _classify_silent(self, record: ProbeRecord) -> None:
         try:

@@ -5,18 +5,56 @@ swapping). The hub looks for a process on its own node itself; for other nodes' 
 runs a zero-CPU task pinned to the probe's node (which may first have to start a worker). The
 answer errs towards "still there": only a process (or node) proven gone makes a probe dead.
 This is the one place the registry's rules meet Ray; `registry` decides what the answer means.
+
+Ray's own verdict on nodes comes from the GCS's node table (`dead_nodes`): a worker can outlive
+its raylet (SIGKILL-ed) and keep heartbeating over the connection it has, while Ray has declared
+its node dead after missed health checks; the hub reads the table every `NODE_SWEEP_S` so that
+rankscope says what Ray says.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rankscope.runtime.protocol import ProbeInfo
 
-__all__ = ["process_still_exists"]
+__all__ = ["NODE_SWEEP_S", "dead_nodes", "dead_nodes_of", "process_still_exists"]
+
+NODE_SWEEP_S = 3.0
+"""How often the hub reads Ray's node table (one GCS call, ~2 ms here, in a thread): a node Ray
+declared dead is known to rankscope within this of Ray's own verdict."""
+
+_NODE_DEATHS = {
+    1: "removed",
+    2: "its raylet ended unexpectedly",
+    3: "preempted",
+    4: "drained as idle",
+}
+"""Ray's NodeDeathInfo.Reason codes, for a death Ray gave no message for."""
+
+
+def dead_nodes() -> dict[str, str]:
+    """Node id -> why Ray declared that node dead. Blocks on one GCS call: run it in a thread."""
+    return dead_nodes_of(ray.nodes())
+
+
+def dead_nodes_of(table: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The dead nodes of a `ray.nodes()` table, each with one line on why (pure)."""
+    out = {}
+    for node in table:
+        node_id = str(node.get("NodeID") or "")
+        if not node_id or node.get("Alive", True):
+            continue
+        where = node.get("NodeManagerAddress") or node_id[:12]
+        why = str(node.get("DeathReasonMessage") or "").strip()
+        why = why or _NODE_DEATHS.get(int(node.get("DeathReason") or 0), "")
+        out[node_id] = f"Ray declared node {where} dead" + (f" ({why})" if why else "")
+    return out
 
 
 def _process_exists(pid: int, create_time: float) -> bool:

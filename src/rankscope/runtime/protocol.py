@@ -109,6 +109,9 @@ class ProbeStatus:
     dropped_events: int
     dropped_commands: int
     summaries: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    """Why the hub holds it dead although it may still heartbeat: "node gone: ..." once Ray
+    declared its node dead (a raylet killed, a machine lost); empty otherwise."""
 
     @property
     def context(self) -> RankContext:

@@ -6,6 +6,11 @@ process still exists (see `liveness`), and only a process proven gone is dead; o
 is unresponsive (GIL held, stopped, swapping). Dead probes stay, so a finished job can still be
 inspected, up to `MAX_DEAD_RECORDS`; the oldest go first.
 
+A probe on a node Ray declared dead (its raylet killed, its machine lost) is dead for good, with
+"node gone" as its reason, even while it still heartbeats: a worker can outlive its raylet and
+keep its connection to the hub, but Ray has given up on it (its actors are dead, nothing is
+scheduled there again) and rankscope must not disagree.
+
 No Ray here: the actor drives the clock and the checks; this module holds the records and
 decides, so the rules read (and can be tested) without a cluster.
 """
@@ -44,11 +49,14 @@ class ProbeRecord:
     summaries: dict[str, Any] = field(default_factory=dict)
     checking: bool = False
     """A liveness check of this probe's process is under way; no second one is started."""
+    reason: str = ""
+    """Set once its node is declared dead ("node gone: ..."): dead for good, heartbeats or not."""
 
     def heard_from(self, request: PollRequest, now: float) -> None:
-        """A heartbeat: the probe is alive, and this is its latest progress and summaries."""
+        """A heartbeat: the probe is alive (unless its node is gone), and this is its latest
+        progress and summaries."""
         self.last_seen = now
-        self.state = ProbeState.ALIVE
+        self.state = ProbeState.DEAD if self.reason else ProbeState.ALIVE
         self.progress = request.progress
         self.dropped_events = request.dropped_events
         self.summaries = request.summaries
@@ -56,7 +64,7 @@ class ProbeRecord:
     def settle(self, process_exists: bool, now: float, dead_after: float) -> None:
         """After a liveness check: still silent means dead when the process is gone, else
         unresponsive; a heartbeat that came meanwhile wins."""
-        if now - self.last_seen > dead_after:
+        if now - self.last_seen > dead_after and not self.reason:
             self.state = ProbeState.UNRESPONSIVE if process_exists else ProbeState.DEAD
 
     def status(self) -> ProbeStatus:
@@ -69,6 +77,7 @@ class ProbeRecord:
             dropped_events=self.dropped_events,
             dropped_commands=self.mailbox.dropped,
             summaries=self.summaries,
+            reason=self.reason,
         )
 
 
@@ -89,7 +98,7 @@ class Registry:
             )
         else:
             record.info, record.last_seen, record.progress = info, now, progress
-            record.state = ProbeState.ALIVE
+            record.state = ProbeState.DEAD if record.reason else ProbeState.ALIVE
 
     def find(self, probe_id: str) -> ProbeRecord | None:
         for probes in self._jobs.values():
@@ -127,6 +136,26 @@ class Registry:
                 record.checking = True
                 found.append(record)
         return found
+
+    def live_node_ids(self) -> set[str]:
+        """The nodes of the probes not dead yet: the ones a node sweep has to look at."""
+        return {
+            r.info.context.node_id
+            for r in self.records(None)
+            if r.state != ProbeState.DEAD and r.info.context.node_id
+        }
+
+    def mark_nodes_gone(self, dead_nodes: dict[str, str]) -> list[ProbeRecord]:
+        """Probes on a node of `dead_nodes` (node id -> why Ray declared it dead) become dead
+        for good with the reason "node gone: <why>"; returns the ones marked now."""
+        marked = []
+        for record in self.records(None):
+            why = dead_nodes.get(record.info.context.node_id)
+            if why is not None and not record.reason:
+                record.reason = f"node gone: {why}"
+                record.state = ProbeState.DEAD
+                marked.append(record)
+        return marked
 
     def forget_oldest_dead(self, keep: int = MAX_DEAD_RECORDS) -> None:
         """Drop dead probes beyond `keep`, those silent the longest first."""

@@ -56,11 +56,16 @@ def collect_stacks(
         gathered.extend(_children_stacks(client, answered, deadline_s))
     now = time.time()
     gathered.extend(
-        ProcessStacks(p, (), "none", f"process is dead (last heard {now - p.last_seen:.0f}s ago)")
+        ProcessStacks(p, (), "none", f"process is dead ({_why_dead(p, now)})")
         for p in probes
         if p.state == ProbeState.DEAD
     )
     return gathered
+
+
+def _why_dead(probe: ProbeStatus, now: float) -> str:
+    """The hub's reason ("node gone: ..."), else how long ago it was last heard from."""
+    return probe.reason or f"last heard {now - probe.last_seen:.0f}s ago"
 
 
 def _children_stacks(

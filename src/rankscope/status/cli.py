@@ -22,8 +22,8 @@ def status(
     from rankscope.status.collect import any_lost, job_statuses
     from rankscope.status.render import render_status
 
-    jobs = job_statuses(address, job, group)
     client = HubClient.attach(address)
+    jobs = job_statuses(address, job, group, client=client)
     active = {
         j.job_id: [a for a in job_alerts(client, j.job_id, list(j.processes)) if a.active]
         for j in jobs

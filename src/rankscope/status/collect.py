@@ -24,11 +24,21 @@ class JobStatus:
     """When several ranks died: which died first and how the others followed."""
 
 
-def job_statuses(address: str | None, job: str | None, group: str | None = None) -> list[JobStatus]:
-    """Every selected job's registry; Ray's GCS and the node explain each death."""
+def job_statuses(
+    address: str | None,
+    job: str | None,
+    group: str | None = None,
+    *,
+    client: HubClient | None = None,
+) -> list[JobStatus]:
+    """Every selected job's registry; Ray's GCS and the node explain each death.
+
+    `client`: a hub client the caller attached already (else one is attached at `address`).
+    A process on a node Ray declared dead has the hub's "node gone: ..." first in its cause.
+    """
     from rankscope.hang.death import find_deaths
 
-    client = HubClient.attach(address)
+    client = client or HubClient.attach(address)
     jobs = {j: filter_group(probes, group) for j, probes in client.jobs(job).items()}
     dead = [p for probes in jobs.values() for p in probes if p.state == ProbeState.DEAD]
     deaths = find_deaths(dead) if dead else {}
@@ -37,7 +47,9 @@ def job_statuses(address: str | None, job: str | None, group: str | None = None)
             job_id,
             tuple(probes),
             {
-                p.info.probe_id: deaths[p.info.probe_id].cause
+                p.info.probe_id: "; ".join(
+                    x for x in (p.reason, deaths[p.info.probe_id].cause) if x
+                )
                 for p in probes
                 if p.info.probe_id in deaths
             },
