@@ -20,7 +20,7 @@ EXPECTED = {
         "--all-frames",
         "--all",
     },
-    "status": {"--address", "--job", "--group", "--json"},
+    "status": {"--address", "--job", "--group", "--json", "--all"},
     "hang": {"--address", "--job", "--group", "--json", "--min-wait", "--all"},
     "events": {"--address", "--job", "--kind", "--limit", "--json"},
     "demo": {"--fault", "--workers", "--steps"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
@@ -12,9 +14,19 @@ app = typer.Typer()
 @app.command()
 @handle_errors
 def status(
-    address: Address = None, job: Job = None, group: Group = None, as_json: Json = False
+    address: Address = None,
+    job: Job = None,
+    group: Group = None,
+    as_json: Json = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="A row per process, however many (--json has all).")
+    ] = False,
 ) -> None:
-    """Every registered process: rank, node, pid, actor, state, last heartbeat, version."""
+    """Every registered process: rank, node, pid, actor, state, last heartbeat, version.
+
+    Past 16 processes, alike ranks (same group, role and state, close steps) share a row with
+    their rank ranges; dead, unresponsive and stuck ranks keep a row each.
+    """
     from rankscope.alerts.collect import job_alerts
     from rankscope.cli.output import to_json
     from rankscope.monitor.collect import alert_lines
@@ -42,7 +54,11 @@ def status(
         out.print_json(to_json("status", data))
     else:
         for j in jobs:
-            out.print(render_status(j.job_id, j.processes, j.deaths, first_death=j.first_death))
+            out.print(
+                render_status(
+                    j.job_id, j.processes, j.deaths, first_death=j.first_death, show_all=show_all
+                )
+            )
             for line in alert_lines(j.processes):  # the monitor's alerts (rankscope monitor)
                 out.print(f"alert: {line}", style="yellow", markup=False)
             for a in active[j.job_id]:
