@@ -87,7 +87,7 @@ def main() -> None:
     )
     print(f"stock: {' + '.join(name for _, name in stock)}: median {b:.2f} s")
     print(
-        f"ratio doctor / stock: {d / b:.2f}x (doctor checks {nodes} nodes and 10 checks; "
+        f"ratio doctor / stock: {d / b:.2f}x (doctor checks {nodes} nodes, 13 checks; "
         "the stock pair checks one node's versions and lists resources)"
     )
     print(f"rankscope doctor --config (lint + memory estimate, no cluster): median {lint_s:.2f} s")
