@@ -76,6 +76,7 @@ JOB = textwrap.dedent(
 
 def test_trace_names_the_slow_rank_and_writes_one_aligned_trace(cluster, tmp_path):
     script, stop, out = tmp_path / "job.py", tmp_path / "stop", tmp_path / "trace.json"
+    profiled_out = tmp_path / "profiled.json"
     script.write_text(JOB)
     job = subprocess.Popen(
         [sys.executable, str(script), cluster_address(), str(stop)],
@@ -99,6 +100,10 @@ def test_trace_names_the_slow_rank_and_writes_one_aligned_trace(cluster, tmp_pat
         result = run_cli(
             "trace", "--address", cluster_address(), "--job", job_id,
             "--duration", "5s", "-o", str(out), "--json",
+        )  # fmt: skip
+        profiled = run_cli(
+            "trace", "--address", cluster_address(), "--job", job_id, "--ranks", "0",
+            "--torch-profiler", "--steps", "2", "--duration", "4s", "-o", str(profiled_out),
         )  # fmt: skip
     finally:
         stop.write_text("stop")
@@ -139,6 +144,23 @@ def test_trace_names_the_slow_rank_and_writes_one_aligned_trace(cluster, tmp_pat
             ends[e["args"]["seq"]].append((e["ts"] + e["dur"]) / 1000)
     spreads = sorted(max(v) - min(v) for v in ends.values() if len(v) == 4)
     assert spreads and spreads[len(spreads) // 2] <= 2 * error_ms + 5.0, (error_ms, spreads[:5])
+
+    # --torch-profiler through the CLI: rank 0's ops of two steps on tracks of their own
+    assert profiled.returncode in (0, 1), profiled.stdout + profiled.stderr
+    doc = json.loads(profiled_out.read_text())
+    assert trace_problems(doc) == []
+    tracks = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["name"] == "thread_name"
+    }
+    profiler_ops = {
+        e["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "X" and "torch.profiler" in tracks.get((e["pid"], e["tid"]), "")
+    }
+    assert "aten::ones" in profiler_ops, sorted(profiler_ops)[:20]
+    assert all(n.startswith("rank 0 ") for n in tracks.values() if "torch.profiler" not in n)
 
 
 class Tracer:
