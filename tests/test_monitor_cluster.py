@@ -1,14 +1,16 @@
 """The monitor on a real Ray cluster with gloo and the demo's model: 3 ranks, one run with every
-fault the issue names, then `rankscope monitor`, `rankscope top --json` and a Prometheus scrape."""
+fault the issue names, then `rankscope monitor`, `rankscope top --json`, `rankscope alerts` (and
+its webhook) and a Prometheus scrape."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import ray
 
-from helpers import cluster_address, probes_by_pid, run_cli, wait_registered
+from helpers import cluster_address, probes_by_pid, run_cli, wait_registered, webhook_server
 from workers import WORKER_NODE_RESOURCE, form_group
 from workers_monitor import MonitoredRank
 
@@ -16,7 +18,14 @@ STEPS = 80
 
 
 @pytest.fixture(scope="module")
-def monitored(cluster):
+def hook():
+    """A local webhook the ranks POST their alerts to: (its URL, the bodies received)."""
+    with webhook_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def monitored(cluster, hook):
     """Rank 2 sleeps 40 ms a step; rank 1 goes NaN at step 12 and enters all_reduce 100 ms late
     at step 60; rank 0's loss spikes 10x at step 30; from step 50 every rank has 30% fewer
     tokens."""
@@ -29,6 +38,7 @@ def monitored(cluster):
     ]
     pids = ray.get([a.pid.remote() for a in actors], timeout=120)
     wait_registered(pids, ranked=True)
+    ray.get([a.alert_to.remote(hook[0]) for a in actors], timeout=60)
     form_group(actors)
     ray.get([a.train.remote(STEPS) for a in actors], timeout=120)
     yield actors, pids
@@ -77,6 +87,33 @@ def test_top_json_lists_every_rank_worst_first(monitored):
     assert "alert: rank 1: first nan activation in 0 (output) at step 12" in status.stdout, (
         status.stdout
     )
+
+
+def test_alerts_name_the_straggler_and_the_nan_rank_and_post_them(monitored, hook):
+    """Rank 1's first NaN (its own alert) and rank 2 the straggler (judged by the group's rank 0
+    from the heartbeats, every 10 s) are active alerts, in `rankscope status`, and POSTed."""
+    _actors, pids = monitored
+    wanted = {("straggler", 2), ("non_finite", 1)}
+    deadline = time.time() + 40
+    while True:
+        result = run_cli("alerts", "--address", cluster_address(), "--json")
+        data = json.loads(result.stdout)["data"]
+        ours = [a for j in data for a in j["alerts"] if a["pid"] in pids and a["active"]]
+        if wanted <= {(a["rule"], a["rank"]) for a in ours} or time.time() > deadline:
+            break
+        time.sleep(2)
+    assert result.returncode == 1, result.stderr
+    by_rule = {(a["rule"], a["rank"]): a for a in ours}
+    assert wanted <= set(by_rule), ours
+    nan, slow = by_rule[("non_finite", 1)], by_rule[("straggler", 2)]
+    assert nan["severity"] == "critical"
+    assert nan["message"] == "rank 1 saw the first nan activation in 0 (output) at step 12"
+    assert slow["message"].startswith("rank 2 computes"), slow
+    posted = {(b["rule"], b["rank"]) for b in hook[1]}
+    assert wanted <= posted, hook[1]
+    status = run_cli("status", "--address", cluster_address(), env={"COLUMNS": "200"})
+    assert f"alert [critical]: {nan['message']}" in status.stdout, status.stdout
+    assert "alert [warning]: rank 2 computes" in status.stdout, status.stdout
 
 
 def test_prometheus_scrape_has_the_metrics_with_the_rank_label(monitored):

@@ -34,6 +34,9 @@ class MonitoredRank(GlooMember):
     def pid(self) -> int:
         return os.getpid()
 
+    def alert_to(self, url: str) -> None:
+        rankscope.configure_alerts(webhook=url)
+
     def train(self, steps: int) -> int:
         f = self.faults
         for step in range(1, steps + 1):

@@ -149,17 +149,19 @@ def alerts_from_events(
     events: Iterable[dict[str, Any]], now: float, active_for_s: float, job_id: str = ""
 ) -> list[Alert]:
     """The run directory's `alert` / `alert_resolved` events as alerts, newest first: one per
-    (rule, process), active when raised within `active_for_s` and not resolved since."""
-    latest: dict[tuple[str, str], Alert] = {}
+    (rule, process, rank the alert is about: a group's judge raises one rule about several
+    ranks), active when raised within `active_for_s` and not resolved since."""
+    latest: dict[tuple[str, str, str], Alert] = {}
     for e in events:
         payload = e.get("payload") or {}
         if not isinstance(payload, dict) or "rule" not in payload:
             continue
-        key = (str(payload["rule"]), str(e.get("probe_id", "")))
+        key = (str(payload["rule"]), str(e.get("probe_id", "")), str(payload.get("rank")))
         when = float(e.get("time") or payload.get("time") or 0.0)
         if e.get("kind") == "alert_resolved":
-            if key in latest:
-                latest[key] = replace(latest[key], active=False)
+            for k in [k for k in latest if k[:2] == key[:2]]:
+                if "rank" not in payload or k == key:  # no rank: every alert of the rule
+                    latest[k] = replace(latest[k], active=False)
             continue
         if e.get("kind") != "alert":
             continue

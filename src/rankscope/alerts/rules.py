@@ -12,10 +12,12 @@ package by runtime/; the cross-rank silence rule runs where the registry is read
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from rankscope import level as _level
@@ -27,7 +29,7 @@ from rankscope.logs import summary as log_summary
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.probe import register_summary
 
-__all__ = ["alert_on", "configure_alerts", "rules_state"]
+__all__ = ["alert_on", "configure_alerts", "publish", "rules_state"]
 
 _lock = threading.Lock()
 _settings: AlertSettings | None = None
@@ -100,16 +102,32 @@ def alert_on(
     return rule
 
 
-def _emit(alerts: list[Alert], resolved: list[str]) -> None:
+def publish(alerts: Sequence[Alert], resolved: Sequence[tuple[str, int | None]] = ()) -> None:
+    """Raise alerts another feature's rules found (the monitor's): events, webhook, counts.
+
+    An alert's own `rank` and `group`, when set, name the rank it is about (a group's judge may
+    raise one about another rank); else this process's. `resolved`: (rule, rank) pairs that
+    stopped holding. Never raises.
+    Example: `publish([Alert("straggler", "warning", "rank 3 computes 2.1x ...", now, rank=3)])`.
+    """
+    with contextlib.suppress(Exception):  # a probe thread calls: a failed alert is only lost
+        _emit(list(alerts), [], list(resolved))
+
+
+def _emit(
+    alerts: list[Alert],
+    resolved: list[str],
+    resolved_about: Sequence[tuple[str, int | None]] = (),
+) -> None:
     global _raised
     probe = current_probe()
     ctx = get_context()
     for alert in alerts:
         payload = {
             **dataclasses.asdict(alert),
-            "rank": ctx.rank,
+            "rank": alert.rank if alert.rank is not None else ctx.rank,
             "pid": ctx.pid,
-            "group": ctx.group,
+            "group": alert.group if alert.group is not None else ctx.group,
             "job_id": ctx.job_id,
         }
         _raised += 1
@@ -118,9 +136,10 @@ def _emit(alerts: list[Alert], resolved: list[str]) -> None:
         url = _state().settings.webhook
         if url:
             _webhook.send(url, payload)
-    for rule in resolved:
+    about = [(rule, ctx.rank) for rule in resolved] + list(resolved_about)
+    for rule, rank in about:
         if probe is not None:
-            probe.emit("alert_resolved", {"rule": rule, "rank": ctx.rank, "pid": ctx.pid})
+            probe.emit("alert_resolved", {"rule": rule, "rank": rank, "pid": ctx.pid})
 
 
 def _who() -> str:

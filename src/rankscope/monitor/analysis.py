@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rankscope.monitor.collectives import align, latency_findings, step_waits
 from rankscope.monitor.model import (
@@ -20,6 +20,7 @@ from rankscope.monitor.model import (
     StepSample,
     Thresholds,
 )
+from rankscope.monitor.phases import slow_phase
 from rankscope.monitor.straggler import StragglerScore, straggler_scores
 from rankscope.units import human_bytes
 
@@ -28,6 +29,7 @@ __all__ = [
     "divergence",
     "first_nonfinite",
     "loss_disagreement",
+    "loss_levels_disagree",
     "loss_spikes",
     "memory_findings",
     "oscillation",
@@ -331,6 +333,13 @@ def loss_disagreement(series: Sequence[RankSeries], thresholds: Thresholds) -> l
         _, loss = _losses(s.samples[-thresholds.loss_window :])
         if len(loss) >= 5:
             levels[s.rank] = statistics.median(loss)
+    return loss_levels_disagree(levels, thresholds, f"over the last {thresholds.loss_window} steps")
+
+
+def loss_levels_disagree(
+    levels: Mapping[int, float], thresholds: Thresholds, over: str
+) -> list[Finding]:
+    """Ranks of one group whose loss level (`levels`: rank -> median loss) is off the median."""
     if len(levels) < 3:  # with two ranks, neither is "the odd one"
         return []
     mid = statistics.median(levels.values())
@@ -344,7 +353,7 @@ def loss_disagreement(series: Sequence[RankSeries], thresholds: Thresholds) -> l
                     (rank,),
                     None,
                     f"rank {rank} loss level {level:.4g} is {off:+.0%} off its group's median "
-                    f"{mid:.4g} over the last {thresholds.loss_window} steps",
+                    f"{mid:.4g} {over}",
                     "replicas should agree: check that rank's data shard, its weights "
                     "(`rankscope consistency`) and its input pipeline",
                     value=off,
@@ -386,14 +395,16 @@ def analyze(series: Sequence[RankSeries], thresholds: Thresholds | None = None) 
     for s in series:
         groups.setdefault(s.group, []).append(s)
     for group, members in sorted(groups.items()):
+        phases = {s.rank: s.phases for s in members if s.phases}
         for score in stragglers(members, thresholds.straggler):
             if score.is_straggler:
+                slow = slow_phase(score.rank, phases)
                 found.append(
                     Finding(
                         FindingKind.STRAGGLER,
                         (score.rank,),
                         None,
-                        score.why,
+                        f"{slow.text(score.relative)}; {score.why}" if slow else score.why,
                         "see where that rank spends the time (`rankscope stacks`, tracing): "
                         "its data loading, its node (thermal, other jobs), its shard size",
                         group=group,

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rankscope.alerts.model import Alert
 from rankscope.monitor import analysis
-from rankscope.monitor.model import Finding, MonitorSummary, RankSeries, Thresholds
+from rankscope.monitor.model import Finding, FindingKind, MonitorSummary, RankSeries, Thresholds
 from rankscope.monitor.straggler import StragglerScore
 from rankscope.monitor.view import RankInput, RankRow, rank_rows
 from rankscope.runtime.client import HubClient
@@ -133,12 +134,26 @@ def job_health(
     return out
 
 
-def alert_lines(probes: Sequence[ProbeStatus]) -> list[str]:
-    """The monitor's alerts for `rankscope status`, one line per alert, from the heartbeats."""
-    return [
-        f"{'rank ' + str(r.rank) if r.rank >= 0 else 'pid ' + str(r.pid)}: {a}"
-        if not a.startswith(f"rank {r.rank} ")
-        else a
-        for r in rank_rows(inputs_of(probes))
-        for a in r.alerts
-    ]
+def alert_lines(probes: Sequence[ProbeStatus], covered: Sequence[Alert] = ()) -> list[str]:
+    """The monitor's alerts for `rankscope status`, one line per alert, from the heartbeats.
+
+    `covered`: alerts status prints anyway (the monitor raises its alerted findings through the
+    alerts feature); a line they already say is left out.
+    """
+    inputs = inputs_of(probes)
+    own = {i.pid: set(i.summary.alerts) if i.summary else set() for i in inputs}
+    stragglers = {a.rank for a in covered if a.rule == FindingKind.STRAGGLER.value}
+    said = [a.message for a in covered]
+    lines = []
+    for r in rank_rows(inputs):
+        for a in r.alerts:
+            if a not in own.get(r.pid, ()) and r.rank in stragglers:
+                continue  # the view's straggler line, raised by the group's judge
+            if any(a in m for m in said):
+                continue
+            lines.append(a if a.startswith(f"rank {r.rank} ") else f"{_who(r)}: {a}")
+    return lines
+
+
+def _who(r: RankRow) -> str:
+    return f"rank {r.rank}" if r.rank >= 0 else f"pid {r.pid}"

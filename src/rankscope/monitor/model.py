@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from rankscope.hang.model import CollectiveRecord
+from rankscope.monitor.phases import PhaseTime
 
 
 class FindingKind(str, enum.Enum):
@@ -158,6 +159,8 @@ class RankSeries:
     """The hang recorder's records of this rank (the waits and arrival order)."""
     dropped: int = 0
     """Steps pushed out of the bounded series."""
+    phases: tuple[PhaseTime, ...] = ()
+    """Seconds per step in each phase, from the tracing spans (empty when none were seen)."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,8 @@ class MonitorSummary:
     first_nonfinite: NonFinite | None = None
     alerts: tuple[str, ...] = ()
     """This rank's own findings, one line each (the cross-rank ones need `rankscope monitor`)."""
+    loss_level: float | None = None
+    """Median finite loss of the recent steps (what the loss-disagreement alert compares)."""
 
     @property
     def compute_s(self) -> float:

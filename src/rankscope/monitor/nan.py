@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankscope import level as _level
 from rankscope.monitor.recorder import step_recorder
 from rankscope.runtime.probe import progress, register_step_hook
 
@@ -50,7 +51,7 @@ class NanWatch:
         import torch
 
         sums, self.sums = self.sums, []
-        if self.found:
+        if self.found or not _level.RECORDING:  # level `off`: no check, nothing recorded
             return self.found
         if not self._params:
             self._params = list(self.model.named_parameters())
@@ -81,6 +82,8 @@ class NanWatch:
         return place
 
     def _hook(self, module: Any, inputs: Any, output: Any) -> None:
+        if not _level.RECORDING:
+            return
         try:
             out = output[0] if isinstance(output, tuple | list) and output else output
             if hasattr(out, "is_floating_point") and out.is_floating_point():

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+from rankscope import level as _level
 from rankscope.context import get_context
 from rankscope.monitor.model import (
     MemoryUse,
@@ -23,6 +24,7 @@ from rankscope.monitor.model import (
     StepSample,
     nonfinite_text,
 )
+from rankscope.monitor.tap import SpanTap
 from rankscope.runtime.probe import register_handler, register_metrics_hook, register_summary
 
 __all__ = ["StepRecorder", "step_recorder"]
@@ -116,6 +118,7 @@ class StepRecorder:
 
 
 _recorder = StepRecorder()
+_tap = SpanTap()
 
 
 def _emit(kind: str, payload: dict[str, Any]) -> None:
@@ -139,7 +142,8 @@ def step_recorder() -> StepRecorder:
 def _on_step(
     step: int, t: float, loss: Any, tokens: Any, grad_norm: Any, metrics: dict[str, Any]
 ) -> None:
-    _recorder.on_step(step, t, loss, tokens, grad_norm, metrics)
+    if _level.RECORDING:  # level `off`: nothing recorded (one global read)
+        _recorder.on_step(step, t, loss, tokens, grad_norm, metrics)
 
 
 def memory_use() -> MemoryUse:
@@ -173,16 +177,18 @@ def _recorded_collectives(last: int | None = None) -> tuple[Any, ...]:
 
 def _series() -> RankSeries:
     ctx = get_context()
+    samples = _recorder.samples()
     return RankSeries(
         rank=ctx.rank if ctx.rank is not None else -1,
         group=ctx.group or "",
         node=ctx.node_ip or ctx.hostname,
         role=ctx.actor_class or "",
-        samples=_recorder.samples(),
+        samples=samples,
         first_nonfinite=_recorder.first_nonfinite,
         memory=memory_use(),
         collectives=tuple(r for r in _recorded_collectives(COLLECTIVES_SENT) if not r.p2p),
         dropped=max(0, _recorder.total - _recorder.capacity),
+        phases=_tap.phases(samples),
     )
 
 
@@ -193,9 +199,15 @@ def _monitor_command(args: dict[str, Any]) -> RankSeries:
 
 @register_summary("monitor")
 def summary() -> MonitorSummary | None:
-    """A fixed-size summary of the recent steps (None before the first `step()` with numbers)."""
+    """A fixed-size summary of the recent steps (None before the first `step()` with numbers,
+    and at level `off`); every `ALERTS_EVERY_S` it also raises this rank's alerts, and on the
+    group's rank 0 judges the group's (stragglers, loss disagreement)."""
+    from rankscope.monitor import alerting
     from rankscope.monitor.collectives import step_waits
 
+    if not _level.RECORDING:
+        return None
+    _tap.poll()
     samples = _recorder.samples(last=SUMMARY_STEPS + 1)
     if not samples:
         return None
@@ -215,6 +227,7 @@ def summary() -> MonitorSummary | None:
     if now - _recorder.alerts_at >= ALERTS_EVERY_S or new_nonfinite:  # a NaN shows at once
         _recorder.alerts_at = now
         _recorder.alerts = _local_alerts(memory)
+        alerting.judge_group()
     return MonitorSummary(
         step=samples[-1].step,
         step_s=statistics.median(durations) if durations else 0.0,
@@ -225,23 +238,32 @@ def summary() -> MonitorSummary | None:
         memory=memory,
         first_nonfinite=_recorder.first_nonfinite,
         alerts=_recorder.alerts,
+        loss_level=_loss_level(samples),
     )
 
 
+def _loss_level(samples: tuple[StepSample, ...]) -> float | None:
+    finite = [s.loss for s in samples if s.loss is not None and s.loss - s.loss == 0]
+    return statistics.median(finite) if finite else None
+
+
 def _local_alerts(memory: MemoryUse) -> tuple[str, ...]:
-    """This rank's own findings over its recent steps, one line each."""
-    from rankscope.monitor import analysis
+    """This rank's own findings over its recent steps, one line each; the alerted kinds are
+    also raised as alerts (`monitor.alerting`)."""
+    from rankscope.monitor import alerting, analysis
     from rankscope.monitor.model import Thresholds
 
-    rank = get_context().rank
-    rank = -1 if rank is None else rank
+    ctx = get_context()
+    rank = -1 if ctx.rank is None else ctx.rank
     thresholds = Thresholds()
+    nonfinite = _recorder.first_nonfinite
     try:
         found = analysis.rank_findings(_recorder.samples(ALERT_STEPS), thresholds, rank=rank)
         found += analysis.memory_findings(rank, memory, thresholds)
+        first = analysis.first_nonfinite([RankSeries(rank, ctx.group or "", "", "", (), nonfinite)])
     except Exception:  # the summary must go out whatever the analysis does
         return ()
-    nonfinite = _recorder.first_nonfinite
+    alerting.raise_local(([first] if first is not None else []) + found)
     lines = [f"first {nonfinite.where}"] if nonfinite is not None else []
     lines += [f.evidence for f in found]
     return tuple(line[:MAX_ALERT_CHARS] for line in lines[:MAX_ALERTS])

@@ -12,7 +12,7 @@ from rankscope.monitor.collectives import align
 from rankscope.monitor.model import MonitorSummary
 from rankscope.monitor.straggler import straggler_scores
 
-__all__ = ["RankInput", "RankRow", "rank_rows"]
+__all__ = ["RankInput", "RankRow", "arrivals", "rank_rows"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def rank_rows(inputs: Sequence[RankInput], threshold: float = 1.2) -> list[RankR
             for s in straggler_scores(
                 {m.rank: [m.summary.step_s] for m in with_steps if m.summary},
                 {m.rank: [m.summary.wait_s] for m in with_steps if m.summary},
-                *_arrivals(members),
+                *arrivals(members),
                 threshold=threshold,
             )
         }
@@ -113,6 +113,7 @@ def rank_rows(inputs: Sequence[RankInput], threshold: float = 1.2) -> list[RankR
     return rows
 
 
-def _arrivals(members: Sequence[RankInput]) -> tuple[dict[int, int], int]:
+def arrivals(members: Sequence[RankInput]) -> tuple[dict[int, int], int]:
+    """How often each rank of one group arrived last, and over how many collectives."""
     alignment = align({m.rank: m.collectives for m in members if m.collectives})
     return alignment.last_arrivals, alignment.count

@@ -1,0 +1,152 @@
+"""The monitor's findings as alerts: pure, no Ray, no I/O.
+
+Which findings become alerts (`SEVERITY`), one alert per finding (`finding_alerts`), the
+cross-rank rules over the hub's heartbeat summaries (`group_findings`: stragglers and loss
+disagreement, what one rank cannot see alone), and `AlertGate`, which decides what to raise
+now, what to hold back within the cooldown, and what stopped holding (resolved).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rankscope.alerts.model import Alert
+from rankscope.monitor.analysis import loss_levels_disagree
+from rankscope.monitor.model import Finding, FindingKind, Thresholds
+from rankscope.monitor.straggler import straggler_scores
+from rankscope.monitor.view import RankInput, arrivals
+
+__all__ = ["ONCE", "SEVERITY", "AlertGate", "finding_alerts", "group_findings"]
+
+SEVERITY = {
+    FindingKind.NON_FINITE: "critical",
+    FindingKind.LOSS_DIVERGENCE: "error",
+    FindingKind.LOSS_DISAGREEMENT: "error",
+    FindingKind.STRAGGLER: "warning",
+    FindingKind.LOSS_SPIKE: "warning",
+}
+"""The findings that become alerts, and how bad each is. Memory has the alerts feature's own
+rules; throughput drift and oscillation stay in `rankscope monitor` and `top` (on a shared
+machine they are noisy, and an alert makes `rankscope alerts` exit 1)."""
+ONCE = frozenset({FindingKind.NON_FINITE, FindingKind.LOSS_SPIKE})
+"""Events at one step: raised once per step, never repeated nor resolved."""
+MAX_CHARS = 240
+MAX_KEYS = 1000
+
+
+def finding_alerts(findings: Iterable[Finding], now: float, job_id: str = "") -> list[Alert]:
+    """One alert per finding of an alerted kind; the message is the evidence (it names the rank).
+
+    Example: `finding_alerts(analyze(series), time.time())`.
+    """
+    out = []
+    for f in findings:
+        severity = SEVERITY.get(f.kind)
+        if severity is None:
+            continue
+        out.append(
+            Alert(
+                rule=f.kind.value,
+                severity=severity,
+                message=f.evidence[:MAX_CHARS],
+                time=now,
+                rank=f.ranks[0] if len(f.ranks) == 1 else None,
+                group=f.group or None,
+                job_id=job_id,
+            )
+        )
+    return out
+
+
+def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[Finding]:
+    """Stragglers and loss disagreement within each group, from the heartbeat summaries.
+
+    A summary carries medians of the recent steps, so the straggler score here is the relative
+    one (and the last-arrival share): `rankscope monitor` also scores a rank against its own best.
+    """
+    groups: dict[str, list[RankInput]] = {}
+    for i in inputs:
+        if i.state == "alive" and i.summary is not None and i.summary.step_s > 0:
+            groups.setdefault(i.group, []).append(i)
+    found: list[Finding] = []
+    for group, members in sorted(groups.items()):
+        scores = straggler_scores(
+            {m.rank: [m.summary.step_s] for m in members if m.summary},
+            {m.rank: [m.summary.wait_s] for m in members if m.summary},
+            *arrivals(members),
+            threshold=thresholds.straggler,
+        )
+        found += [
+            Finding(
+                FindingKind.STRAGGLER,
+                (s.rank,),
+                None,
+                s.why,
+                "see where that rank spends the time (`rankscope monitor`, tracing)",
+                group=group,
+                value=s.relative,
+            )
+            for s in scores
+            if s.is_straggler
+        ]
+        levels = {
+            m.rank: m.summary.loss_level
+            for m in members
+            if m.summary is not None and m.summary.loss_level is not None
+        }
+        found += [
+            _in(f, group) for f in loss_levels_disagree(levels, thresholds, "over its recent steps")
+        ]
+    return found
+
+
+def _in(f: Finding, group: str) -> Finding:
+    from dataclasses import replace
+
+    return replace(f, group=group)
+
+
+Key = tuple[str, "int | None", "int | None"]
+
+
+@dataclass
+class AlertGate:
+    """What to raise of the alerts that hold now: new ones at once, repeats at most once per
+    `cooldown_s` (counted between), and the keys that held before and no longer do (resolved).
+
+    Example: `raise_now, resolved = gate.update(finding_alerts(found, now), now, steps)`.
+    """
+
+    cooldown_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        self._last: dict[Key, tuple[float, int]] = {}
+
+    def update(
+        self, alerts: Sequence[Alert], now: float | None = None, steps: Sequence[int | None] = ()
+    ) -> tuple[list[Alert], list[tuple[str, int | None]]]:
+        """`steps`: each alert's step (index for index), which keys the once-only kinds."""
+        now = time.time() if now is None else now
+        once = {k.value for k in ONCE}
+        out, holding = [], set()
+        for i, a in enumerate(alerts):
+            step = steps[i] if i < len(steps) and a.rule in once else None
+            key = (a.rule, a.rank, step)
+            holding.add(key)
+            last = self._last.get(key)
+            if last is not None and (a.rule in once or now - last[0] < self.cooldown_s):
+                self._last[key] = (last[0], last[1] + 1)
+                continue
+            count = last[1] + 1 if last is not None else 1
+            self._last[key] = (now, 1)
+            out.append(Alert(**{**a.__dict__, "time": now, "count": count}))
+        while len(self._last) > MAX_KEYS:  # once-only keys stay; the oldest go first
+            del self._last[next(iter(self._last))]
+        resolved = []
+        for key in list(self._last):
+            if key not in holding and key[0] not in once:
+                del self._last[key]
+                resolved.append((key[0], key[1]))
+        return out, resolved

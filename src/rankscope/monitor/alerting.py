@@ -1,0 +1,84 @@
+"""The worker side of the monitor's alerts: findings raised through the alerts feature.
+
+Every rank raises its own findings (the first non-finite, loss spikes, divergence) from its
+heartbeat summary (`raise_local`); the group's rank 0 also judges its group every few seconds
+(`judge_group`: one hub call for the group's heartbeat summaries, then stragglers and loss
+disagreement, which one rank cannot see alone). Both go through `alerts.rules.publish`: an
+`alert` event in the run directory (so `rankscope alerts` and `rankscope status` list them)
+and a POST to the configured webhook. Runs on the probe thread; never raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rankscope.alerts.model import AlertSettings
+from rankscope.alerts.rules import publish
+from rankscope.context import get_context
+from rankscope.monitor.alert_rules import SEVERITY, AlertGate, finding_alerts, group_findings
+from rankscope.monitor.model import Finding, Thresholds
+
+__all__ = ["judge_group", "raise_local"]
+
+JUDGE_TIMEOUT_S = 2.0
+"""The judge's hub call waits at most this long (on the probe thread, never the training's)."""
+
+_gates: dict[str, AlertGate] = {}
+_hub: Any = None
+
+
+def _gate(name: str) -> AlertGate:
+    gate = _gates.get(name)
+    if gate is None:
+        try:
+            cooldown = AlertSettings.from_env().cooldown_s
+        except Exception:  # a bad RANKSCOPE_ALERT_* value: the alerts feature reports it
+            cooldown = AlertSettings().cooldown_s
+        gate = _gates[name] = AlertGate(cooldown)
+    return gate
+
+
+def _raise(gate: AlertGate, findings: Sequence[Finding]) -> None:
+    kept = [f for f in findings if f.kind in SEVERITY]
+    now = time.time()
+    alerts = finding_alerts(kept, now, get_context().job_id or "")
+    new, resolved = gate.update(alerts, now, [f.step for f in kept])
+    if new or resolved:
+        publish(new, resolved)
+
+
+def raise_local(findings: Sequence[Finding]) -> None:
+    """This rank's own findings (already over its recent steps) as alerts."""
+    with contextlib.suppress(Exception):
+        _raise(_gate("local"), findings)
+
+
+def judge_group(thresholds: Thresholds | None = None) -> None:
+    """On the group's rank 0: stragglers and loss disagreement over the group's summaries."""
+    global _hub
+    ctx = get_context()
+    if ctx.rank != 0:
+        return
+    try:
+        import ray
+
+        from rankscope.monitor.collect import inputs_of
+        from rankscope.runtime.hub import find_hub
+
+        if _hub is None:
+            _hub = find_hub()
+        if _hub is None:
+            return
+        try:
+            probes = ray.get(_hub.list_probes.remote(ctx.job_id), timeout=JUDGE_TIMEOUT_S)
+        except Exception:
+            _hub = None  # the hub restarted or moved: look it up again next time
+            return
+        group = ctx.group or ""
+        mine = [p for p in probes if (p.context.group or "") == group]
+        _raise(_gate("group"), group_findings(inputs_of(mine), thresholds or Thresholds()))
+    except Exception:
+        pass

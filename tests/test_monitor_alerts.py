@@ -1,0 +1,237 @@
+"""The monitor's findings as alerts, the phase that makes a straggler slow, and level `off` on
+the monitor's worker side: synthetic data and this process only (no Ray)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+import rankscope
+from helpers import webhook_server
+from rankscope import level
+from rankscope.alerts.analysis import alerts_from_events
+from rankscope.alerts.model import Alert
+from rankscope.monitor import analysis
+from rankscope.monitor.alert_rules import AlertGate, finding_alerts, group_findings
+from rankscope.monitor.model import (
+    Finding,
+    FindingKind,
+    MemoryUse,
+    MonitorSummary,
+    NonFinite,
+    RankSeries,
+    StepSample,
+    Thresholds,
+)
+from rankscope.monitor.phases import PhaseTime, phase_of, phase_times, slow_phase
+from rankscope.monitor.recorder import step_recorder, summary
+from rankscope.monitor.tap import SpanTap
+from rankscope.monitor.view import RankInput
+
+T = Thresholds()
+
+
+def _finding(kind: FindingKind, rank: int, step: int | None = None) -> Finding:
+    return Finding(kind, (rank,), step, f"rank {rank} {kind.value} evidence", "do", group="g")
+
+
+def test_alerted_findings_become_alerts_naming_the_rank() -> None:
+    found = [
+        _finding(FindingKind.NON_FINITE, 1, 12),
+        _finding(FindingKind.STRAGGLER, 2),
+        _finding(FindingKind.LOSS_DIVERGENCE, 0),
+        _finding(FindingKind.LOSS_DISAGREEMENT, 3),
+        _finding(FindingKind.THROUGHPUT_DRIFT, 0),  # stays in `rankscope monitor`
+        _finding(FindingKind.HOST_MEMORY, 0),  # the alerts feature has its own memory rule
+    ]
+    alerts = finding_alerts(found, 100.0, "job")
+    assert [(a.rule, a.severity, a.rank) for a in alerts] == [
+        ("non_finite", "critical", 1),
+        ("straggler", "warning", 2),
+        ("loss_divergence", "error", 0),
+        ("loss_disagreement", "error", 3),
+    ]
+    assert all(a.message.startswith(f"rank {a.rank} ") and a.group == "g" for a in alerts)
+
+
+def test_gate_raises_new_holds_repeats_resolves_what_stopped() -> None:
+    gate = AlertGate(cooldown_s=60.0)
+    slow = Alert("straggler", "warning", "rank 2 slow", 0.0, rank=2)
+    nan = Alert("non_finite", "critical", "rank 1 nan", 0.0, rank=1)
+    raised, resolved = gate.update([slow, nan], 100.0, [None, 12])
+    assert [a.rule for a in raised] == ["straggler", "non_finite"] and not resolved
+    assert gate.update([slow, nan], 130.0, [None, 12]) == ([], [])  # within the cooldown
+    raised, _ = gate.update([slow, nan], 170.0, [None, 12])  # it fired 3 times; nan only once
+    assert [(a.rule, a.count, a.time) for a in raised] == [("straggler", 3, 170.0)]
+    raised, resolved = gate.update([], 180.0)
+    assert raised == [] and resolved == [("straggler", 2)]  # the non-finite is never "resolved"
+    raised, _ = gate.update([nan], 190.0, [12])
+    assert raised == []  # the same first non-finite is not raised again
+
+
+def _input(rank: int, step_s: float, wait_s: float, loss: float | None = 1.0) -> RankInput:
+    s = MonitorSummary(80, step_s, 1000.0, loss, 1.0, wait_s, MemoryUse(), loss_level=loss)
+    return RankInput(rank, "g", "node", "Worker", 100 + rank, "alive", s)
+
+
+def test_group_rules_name_the_straggler_and_the_disagreeing_rank_from_summaries() -> None:
+    # Synchronous steps of 50 ms: ranks 0, 1, 3 wait 40 ms for rank 2; rank 3's loss is off.
+    inputs = [_input(0, 0.05, 0.04), _input(1, 0.05, 0.04), _input(2, 0.05, 0.0)]
+    inputs.append(_input(3, 0.05, 0.04, loss=2.0))
+    found = group_findings(inputs, T)
+    by_kind = {f.kind: f for f in found}
+    assert set(by_kind) == {FindingKind.STRAGGLER, FindingKind.LOSS_DISAGREEMENT}
+    assert by_kind[FindingKind.STRAGGLER].ranks == (2,)
+    assert by_kind[FindingKind.STRAGGLER].evidence.startswith("rank 2 computes 5.00x")
+    assert by_kind[FindingKind.LOSS_DISAGREEMENT].ranks == (3,)
+    healthy = [_input(r, 0.05, 0.01) for r in range(4)]
+    assert group_findings(healthy, T) == []
+    dead = [*healthy[:3], RankInput(3, "g", "n", "W", 9, "dead", inputs[2].summary)]
+    assert group_findings(dead, T) == []  # a dead rank's last summary judges nobody
+
+
+def test_events_of_one_judge_about_two_ranks_stay_two_alerts_resolved_by_rank() -> None:
+    def event(kind: str, rank: int, t: float) -> dict:
+        payload = {"rule": "straggler", "severity": "warning", "message": f"rank {rank}"}
+        return {"kind": kind, "time": t, "probe_id": "judge", "payload": {**payload, "rank": rank}}
+
+    events = [event("alert", 2, 10.0), event("alert", 3, 11.0), event("alert_resolved", 2, 12.0)]
+    alerts = alerts_from_events(events, now=20.0, active_for_s=300.0)
+    assert [(a.rank, a.active) for a in alerts] == [(3, True), (2, False)]
+
+
+def test_publish_posts_the_alert_about_its_rank_to_the_webhook() -> None:
+    from rankscope.alerts.rules import configure_alerts, publish
+
+    with webhook_server() as (url, received):
+        configure_alerts(webhook=url)
+        try:
+            publish([Alert("straggler", "warning", "rank 3 computes 2.10x", time.time(), rank=3)])
+            deadline = time.time() + 10
+            while not received and time.time() < deadline:
+                time.sleep(0.05)
+        finally:
+            configure_alerts(webhook="")
+    (body,) = received
+    assert body["rule"] == "straggler" and body["rank"] == 3
+    assert "rank 3 computes" in body["text"]
+
+
+# --------------------------------------------------------------------- the straggler's phase
+
+
+def test_span_names_map_to_phases() -> None:
+    assert phase_of("load_batch") == phase_of("DataLoader.next") == "data loading"
+    assert phase_of("forward") == "forward" and phase_of("loss.backward") == "backward"
+    assert phase_of("optimizer.step") == "optimizer"
+    assert phase_of("train_step") == "train_step"
+
+
+def test_phase_times_count_overlaps_once_per_step() -> None:
+    s = 1_000_000_000
+    spans = [("load_batch", 0, 2 * s), ("read_shard", s, 3 * s), ("forward", 3 * s, 4 * s)]
+    times = {p.phase: p.seconds for p in phase_times(spans, steps=2)}
+    assert times == {"data loading": 1.5, "forward": 0.5}
+    assert phase_times(spans, steps=0) == ()
+
+
+def _phases(data: float, compute: float, wrap: bool = False) -> tuple[PhaseTime, ...]:
+    parts = [
+        PhaseTime("data loading", data, ("load_batch",)),
+        PhaseTime("forward", compute / 2),
+        PhaseTime("backward", compute / 2),
+    ]
+    if wrap:  # a span around the whole step
+        parts.append(PhaseTime("train_step", data + compute))
+    return tuple(parts)
+
+
+def test_slow_phase_says_data_loading_not_compute() -> None:
+    phases = {r: _phases(0.2, 0.3, wrap=True) for r in (0, 1, 2)} | {3: _phases(1.8, 0.3, True)}
+    slow = slow_phase(3, phases)
+    assert slow is not None and slow.phase == "data loading"
+    assert slow.text(2.1) == (
+        "rank 3 is 2.1x slower: data loading (load_batch) 1.80 s vs median 200 ms a step "
+        "(compute 300 ms vs 300 ms)"
+    )
+    compute = {r: _phases(0.2, 0.3) for r in (0, 1, 2)} | {3: _phases(0.2, 0.9)}
+    slow = slow_phase(3, compute)
+    assert slow is not None and slow.phase in ("forward", "backward")
+    assert slow_phase(0, compute) is None  # rank 0 is the median
+    assert slow_phase(3, {3: _phases(1.8, 0.3)}) is None  # nobody to compare with
+
+
+def test_monitor_straggler_finding_names_the_phase_when_spans_exist() -> None:
+    def series(rank: int, step_s: float, data_s: float) -> RankSeries:
+        samples = tuple(StepSample(i, i * step_s, 1.0) for i in range(40))
+        return RankSeries(rank, "g", "n", "W", samples, phases=_phases(data_s, 0.02))
+
+    job = [series(0, 0.03, 0.005), series(1, 0.03, 0.005), series(2, 0.09, 0.065)]
+    (straggler,) = [f for f in analysis.analyze(job, T) if f.kind == FindingKind.STRAGGLER]
+    assert straggler.ranks == (2,)
+    assert straggler.evidence.startswith(
+        "rank 2 is 3.0x slower: data loading (load_batch) 65 ms vs median 5 ms a step"
+    )
+    assert "rank 2 computes 3.00x the group median" in straggler.evidence
+
+
+def test_span_tap_takes_the_training_threads_spans_while_tracing() -> None:
+    from rankscope.trace import spans
+
+    tap = SpanTap()
+    tap.poll()
+    assert not tap.spans  # tracing off: nothing
+    spans.start_recording(1000)
+    try:
+        t0 = time.time()
+        for _ in range(3):
+            with rankscope.span("load_batch"):
+                time.sleep(0.01)
+            with rankscope.span("forward"):
+                pass
+        tap.poll()
+        tap.poll()  # the same spans are not taken twice
+    finally:
+        spans.stop_recording()
+    assert [s[0] for s in tap.spans] == ["load_batch", "forward"] * 3
+    samples = [StepSample(i, t0 + 0.011 * i) for i in range(4)]
+    phases = {p.phase: p.seconds for p in tap.phases(samples)}
+    assert phases["data loading"] == pytest.approx(0.01, abs=0.005)
+
+
+# --------------------------------------------------------------------- level off
+
+
+def test_level_off_records_nothing_and_resumes_when_switched_back() -> None:
+    torch = pytest.importorskip("torch")
+    rec = step_recorder()
+    rec.clear()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    watch = rankscope.watch_nan(model)
+    try:
+        rankscope.step(loss=1.0)
+        level.set_level("off")
+        try:
+            rankscope.step(loss=2.0)
+            model(torch.full((2, 4), math.inf))
+            assert watch.sums == [] and watch.check() == ""  # no hook work, no check
+            assert rec.total == 1 and summary() is None
+        finally:
+            level.set_level("light")
+        rankscope.step(loss=3.0)
+        assert [s.loss for s in rec.samples()] == [1.0, 3.0]
+        model(torch.full((2, 4), math.inf))
+        assert "activation" in watch.check()
+        assert summary() is not None
+    finally:
+        watch.remove()
+        rec.clear()
+
+
+def test_local_alert_line_and_finding_for_a_first_nonfinite() -> None:
+    series = RankSeries(1, "g", "", "", (), NonFinite(12, 0.0, "loss", "nan"))
+    (alert,) = finding_alerts([analysis.first_nonfinite([series])], 1.0)  # type: ignore[list-item]
+    assert alert.rule == "non_finite" and alert.rank == 1
+    assert alert.message == "rank 1 saw the first nan loss at step 12"
