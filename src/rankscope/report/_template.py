@@ -56,14 +56,14 @@ section.healthy h2::after { content: " \2713"; color: #2e7d32; }
 {% if s.findings %}
 <ul>{% for f in s.findings %}<li class="alert">{{ f }}</li>{% endfor %}</ul>
 {% endif %}
-{% for t in s.tables %}
+{% for t in s.tables if t.rows %}
 <table>
 <tr>{% for c in t.columns %}<th>{{ c }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>{% endfor %}
 </table>
 {% if t.omitted %}<p class="muted">{{ t.omitted }}</p>{% endif %}
 {% endfor %}
-{% for c in charts %}{{ c | safe }}{% endfor %}
+{% for c in charts %}<figure>{{ c | safe }}</figure>{% endfor %}
 {% for n in s.notes %}<p class="muted">{{ n }}</p>{% endfor %}
 </section>
 {% endfor %}

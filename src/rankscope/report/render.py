@@ -19,7 +19,8 @@ from rankscope.units import human_bytes
 __all__ = ["render_html", "render_summary", "write_html"]
 
 WIDTH, HEIGHT, PAD = 900, 220, 48
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+COLOURS = ("#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
+"""Line colours; red is kept for the ranks the text names (`Series.highlight`)."""
 HIGHLIGHT, MUTED = "#d62728", "#9bb7d4"
 MARK = {Severity.INFO: "#7f7f7f", Severity.WARN: "#ff7f0e", Severity.FAIL: "#d62728"}
 
@@ -122,6 +123,7 @@ def chart_svg(chart: Chart) -> str:
     else:
         first, last = f"step {x0:g}", f"step {x1:g}"
     axis = (
+        f'<text x="{PAD}" y="18" font-size="13" font-weight="600">{html.escape(chart.title)}</text>'
         f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" '
         'stroke="#999"/>'
         f'<text x="4" y="{PAD}" font-size="11">{top}</text>'
