@@ -59,7 +59,7 @@ def status(
                     j.job_id, j.processes, j.deaths, first_death=j.first_death, show_all=show_all
                 )
             )
-            for line in alert_lines(j.processes):  # the monitor's alerts (rankscope monitor)
+            for line in alert_lines(j.processes, active[j.job_id]):  # the monitor's, not twice
                 out.print(f"alert: {line}", style="yellow", markup=False)
             for a in active[j.job_id]:
                 out.print(f"alert [{a.severity}]: {a.message}", style="yellow", markup=False)
