@@ -2,7 +2,8 @@
 
 Spans are the user's (`rankscope.span("load_batch")`, `debug_decorator`); a span's name says its
 phase (`phase_of`: data loading, forward, backward, optimizer, else the name itself). Per rank,
-`phase_times` adds up each phase's time per step (overlapping spans of one phase count once),
+`phase_window` adds up each phase's time in a stretch of wall time whose spans were all seen
+(overlapping spans of one phase count once), `per_step` turns windows into seconds per step,
 and `slow_phase` compares the straggler's phases with the median rank of its group:
 
     rank 3 is 2.1x slower: data loading 1.80 s vs median 200 ms a step (compute 300 ms vs 300 ms)
@@ -14,7 +15,16 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["COMPUTE", "PhaseTime", "SlowPhase", "phase_of", "phase_times", "slow_phase"]
+__all__ = [
+    "COMPUTE",
+    "PhaseTime",
+    "PhaseWindow",
+    "SlowPhase",
+    "per_step",
+    "phase_of",
+    "phase_window",
+    "slow_phase",
+]
 
 DATA = "data loading"
 COMPUTE = ("forward", "backward", "optimizer")
@@ -48,7 +58,7 @@ class PhaseTime:
     """The span names it was made of (a few)."""
 
 
-def _union_s(intervals: Iterable[tuple[int, int]]) -> float:
+def _union_ns(intervals: Iterable[tuple[int, int]]) -> int:
     total, end = 0, None
     for a, b in sorted(intervals):
         if end is None or a > end:
@@ -57,25 +67,59 @@ def _union_s(intervals: Iterable[tuple[int, int]]) -> float:
         elif b > end:
             total += b - end
             end = b
-    return total / 1e9
+    return total
 
 
-def phase_times(spans: Iterable[tuple[str, int, int]], steps: int) -> tuple[PhaseTime, ...]:
-    """Per phase, seconds per step: `spans` are (name, start_ns, end_ns) of the training
-    thread over a window in which `steps` steps ran; the longest phase first."""
-    if steps <= 0:
-        return ()
+@dataclass(frozen=True)
+class PhaseWindow:
+    """A stretch of wall time in which every span that ended was seen, and its phases' time."""
+
+    lo_ns: int
+    hi_ns: int
+    seconds: tuple[tuple[str, float], ...]
+    """(phase, seconds of it inside the window), overlapping spans of a phase counted once."""
+    names: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def phase_window(spans: Iterable[tuple[str, int, int]], lo_ns: int, hi_ns: int) -> PhaseWindow:
+    """The phases of `spans` (name, start_ns, end_ns), each clipped to [lo_ns, hi_ns]."""
     by_phase: dict[str, list[tuple[int, int]]] = {}
     names: dict[str, set[str]] = {}
     for name, start, end in spans:
+        start, end = max(start, lo_ns), min(end, hi_ns)
         if end <= start:
             continue
         phase = phase_of(name)
         by_phase.setdefault(phase, []).append((start, end))
         if len(names.setdefault(phase, set())) < 3:
             names[phase].add(name)
+    return PhaseWindow(
+        lo_ns,
+        hi_ns,
+        tuple((p, _union_ns(iv) / 1e9) for p, iv in by_phase.items()),
+        tuple((p, tuple(sorted(n))) for p, n in names.items()),
+    )
+
+
+def per_step(windows: Sequence[PhaseWindow], step_s: float) -> tuple[PhaseTime, ...]:
+    """Seconds per step of each phase: its share of the windows' wall time times the step time
+    (windows with gaps between them still give each phase's share); the longest first.
+
+    Example: `per_step([phase_window(spans, lo, hi)], step_s=0.5)`.
+    """
+    covered = sum(w.hi_ns - w.lo_ns for w in windows) / 1e9
+    if covered <= 0 or step_s <= 0:
+        return ()
+    seconds: dict[str, float] = {}
+    names: dict[str, set[str]] = {}
+    for w in windows:
+        for phase, s in w.seconds:
+            seconds[phase] = seconds.get(phase, 0.0) + s
+        for phase, n in w.names:
+            names.setdefault(phase, set()).update(n)
     out = [
-        PhaseTime(p, _union_s(iv) / steps, tuple(sorted(names[p]))) for p, iv in by_phase.items()
+        PhaseTime(p, s / covered * step_s, tuple(sorted(names.get(p, ()))[:3]))
+        for p, s in seconds.items()
     ]
     return tuple(sorted(out, key=lambda t: -t.seconds))
 

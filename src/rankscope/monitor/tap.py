@@ -1,36 +1,41 @@
 """The worker side of the straggler's phases: the tracing spans of the training thread.
 
 While a trace window records (`rankscope trace`, `enable_detailed_tracing`), the trace feature
-keeps this process's spans in a ring that its CLI drains. On every heartbeat (the probe thread)
-`SpanTap.poll` copies the spans that ended since its last look, of the thread that calls
-`rankscope.step()`, into a bounded deque of its own; the `monitor` command turns them into
-seconds per step and phase (`phases.phase_times`). Tracing off: one dictionary lookup. The trace
-package is never imported here (it imports the monitor).
+keeps this process's spans in a ring that its CLI drains (every 0.1-0.5 s). On every heartbeat
+(the probe thread) `SpanTap.poll` looks at what the ring holds: every span that ended after the
+ring's first one is there, so that stretch of time (or, with no drain since the last look,
+everything since then) is a window whose phases are complete; it keeps each window's seconds
+per phase (a few numbers), never the spans. The `monitor` command turns the windows into seconds
+per step (`phases.per_step`: each phase's share of the covered time times the step time), so
+the time lost to drains between looks biases nothing. Tracing off: one dictionary lookup. The
+trace package is never imported here (it imports the monitor).
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
+import statistics
 import sys
 import threading
 from collections.abc import Sequence
 
 from rankscope.monitor.model import StepSample
-from rankscope.monitor.phases import PhaseTime, phase_times
+from rankscope.monitor.phases import PhaseTime, PhaseWindow, per_step, phase_window
 
 __all__ = ["SpanTap"]
 
-CAPACITY = 8192
-"""Spans kept (about 1 MB); the oldest go first."""
+WINDOWS = 600
+"""Windows kept (one per heartbeat: 10 minutes at 1 s); the oldest go first."""
 
 
 class SpanTap:
-    def __init__(self, capacity: int = CAPACITY) -> None:
-        self.spans: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=capacity)
+    def __init__(self, capacity: int = WINDOWS) -> None:
+        self.windows: collections.deque[PhaseWindow] = collections.deque(maxlen=capacity)
         self._seen_ns = 0
 
     def poll(self) -> None:
-        """Take the spans that ended since the last poll (probe thread; never raises)."""
+        """Add the window since the last poll (probe thread; never raises)."""
         module = sys.modules.get("rankscope.trace.spans")
         ring = module.recording() if module is not None else None
         if ring is None:
@@ -40,24 +45,27 @@ class SpanTap:
             steps = list(ring.steps)[-1:]
         except Exception:
             return
-        if not items:
+        if not items or items[-1][2] <= self._seen_ns:
             return
+        # drained since the last look: complete only from the ring's first span's end on
+        lo = self._seen_ns if items[0][2] <= self._seen_ns else items[0][2]
+        hi = items[-1][2]
         ident = steps[-1][2] if steps else threading.main_thread().ident
-        new = []
+        spans = []
         for name, start, end, thread, _attrs in reversed(items):  # appended as they end
-            if end <= self._seen_ns:
+            if end <= lo:
                 break
             if thread == ident:
-                new.append((str(name), int(start), int(end)))
-        self._seen_ns = max(self._seen_ns, items[-1][2])
-        self.spans.extend(reversed(new))
+                spans.append((str(name), int(start), int(end)))
+        self._seen_ns = hi
+        if hi > lo:
+            self.windows.append(phase_window(spans, lo, hi))
 
     def phases(self, samples: Sequence[StepSample]) -> tuple[PhaseTime, ...]:
-        """Seconds per step and phase over the steps the spans cover (empty without spans)."""
-        spans = list(self.spans)
-        if not spans or not samples:
+        """Seconds per step and phase over the windows within `samples` (empty without spans)."""
+        if len(samples) < 2:
             return ()
-        lo, hi = min(s[1] for s in spans) / 1e9, max(s[2] for s in spans) / 1e9
-        times = [s.t for s in samples if lo <= s.t <= hi]
-        steps = len(times) + 1  # N steps inside the window leave N - 1 markers there
-        return phase_times(spans, steps)
+        since = samples[0].t * 1e9
+        windows = [w for w in list(self.windows) if w.lo_ns >= since]
+        durations = [b.t - a.t for a, b in itertools.pairwise(samples[-100:])]
+        return per_step(windows, statistics.median(durations)) if windows else ()
