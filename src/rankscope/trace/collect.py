@@ -145,8 +145,8 @@ class TraceSession:
             if isinstance(chunk, TraceChunk):
                 self.chunks.setdefault(pid, []).append(chunk)
                 self.errors.pop(pid, None)
-            else:
-                self.errors[pid] = error or "no answer"
+            elif pid in self.chunks or pid not in self.errors:  # else keep why it never
+                self.errors[pid] = error or "no answer"  # started, not "no trace session"
 
 
 def choose_probes(
