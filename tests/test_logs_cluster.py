@@ -7,6 +7,12 @@ records on for rank 1 only, then off."""
 from __future__ import annotations
 
 import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 import ray
@@ -125,6 +131,38 @@ def test_level_full_on_one_rank_for_a_few_seconds(ranks):
         2: "light",
         3: "light",
     }
+
+
+def test_logs_follow_prints_a_line_logged_after_it_started(ranks):
+    """A real `rankscope logs --follow` subprocess against live ranks: a line rank 0 logs once
+    it runs is printed within seconds; Ctrl-C (SIGINT) ends it cleanly."""
+    actors, job = ranks
+    ray.get(actors[0].say.remote("follow-me first"))
+    args = ["logs", "--follow", "--json", "--address", cluster_address(), "--job", job]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "rankscope.cli.main", *args, "--grep", "follow-me"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert follow.stdout is not None
+    threading.Thread(target=lambda: [lines.put(ln) for ln in follow.stdout], daemon=True).start()
+    try:
+        first = json.loads(lines.get(timeout=90))  # the CLI's start-up, then the first read
+        assert (first["rank"], first["message"]) == (0, "follow-me first")
+        ray.get(actors[0].say.remote("follow-me second"))
+        logged = time.monotonic()
+        second = json.loads(lines.get(timeout=15))
+        seen_after = time.monotonic() - logged
+        assert (second["rank"], second["message"]) == (0, "follow-me second")
+        assert seen_after < 10, seen_after
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(timeout=30) == 0, follow.stderr.read() if follow.stderr else ""
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
 
 
 def test_a_sigkilled_ranks_last_line_is_in_the_logs(ranks):

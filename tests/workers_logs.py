@@ -36,6 +36,9 @@ class LogRank:
         self.log.warning("grad norm is large")
         print(f"plain print from rank {self.rank}", flush=True)
 
+    def say(self, text: str) -> None:
+        self.log.info(text)
+
     def errors(self, n: int) -> None:
         for i in range(n):
             self.log.error("batch %d failed: bad sample", i)
