@@ -26,6 +26,8 @@ from rankscope.report.model import RunData, Section, Table
 
 __all__ = ["SLOWEST", "digest", "trace_section"]
 
+STEP_TIMES = 512
+"""Step markers kept per rank for the throughput chart."""
 SLOWEST = 10
 """Slowest spans listed per trace."""
 TOP_SPANS = 3
@@ -62,7 +64,8 @@ def digest(doc: Mapping[str, Any]) -> dict[str, Any]:
         own["label"][:] = [label]
         ts = float(e.get("ts", 0.0)) / 1e6
         if e.get("ph") == "i" and str(e.get("name", "")).startswith("step "):
-            own["steps"].append(ts)
+            number = str(e["name"])[5:]
+            own["steps"].append((ts, int(number) if number.isdigit() else len(own["steps"])))
         elif e.get("ph") == "X":
             dur = float(e.get("dur", 0.0)) / 1e6
             name = str(e.get("name", "?"))
@@ -94,7 +97,7 @@ def _order(item: tuple[str, Any]) -> tuple[bool, int, str]:
 
 
 def _rank_row(who: str, parts: Mapping[str, list[Any]]) -> dict[str, Any]:
-    steps = sorted(parts["steps"])
+    steps = sorted(t for t, _ in parts["steps"])
     starts = [s for s, _, _ in parts["spans"]] + [s for s, _, _ in parts["calls"]]
     ends = [s + d for s, d, _ in parts["spans"]] + [s + d for s, d, _ in parts["calls"]]
     if len(steps) >= 2:
@@ -108,12 +111,22 @@ def _rank_row(who: str, parts: Mapping[str, list[Any]]) -> dict[str, Any]:
         "who": who,
         "label": (parts["label"] or [who])[0],
         "steps": len(durations),
+        "step_times": _step_times(parts["steps"]),
         "step_median_s": statistics.median(durations) if durations else None,
         "window_s": window[1] - window[0],
         "split": split_time(parts["spans"], parts["calls"], window),
         "collectives": len(parts["calls"]),
         "last_arrivals": sum(1 for _, _, a in parts["calls"] if a.get("last_to_arrive")),
     }
+
+
+def _step_times(marks: Sequence[tuple[float, int]]) -> list[list[float]]:
+    """[[step, time]] of the rank's step markers, at most STEP_TIMES (evenly, the last kept)."""
+    ordered = sorted(marks, key=lambda m: m[0])
+    if len(ordered) > STEP_TIMES:
+        every = len(ordered) / STEP_TIMES
+        ordered = [*(ordered[int(i * every)] for i in range(STEP_TIMES - 1)), ordered[-1]]
+    return [[float(step), t] for t, step in ordered]
 
 
 def split_time(
@@ -159,7 +172,7 @@ def _top_level(spans: Sequence[tuple[float, float, str]]) -> list[tuple[float, f
     return out
 
 
-def _stragglers(ranks: Mapping[str, Mapping[str, list[Any]]]) -> list[str]:
+def _stragglers(ranks: Mapping[str, Mapping[str, list[Any]]]) -> list[dict[str, Any]]:
     """`monitor.straggler`'s verdicts over the traced ranks (one group: the file has no group)."""
     from rankscope.monitor.straggler import straggler_scores
 
@@ -171,7 +184,7 @@ def _stragglers(ranks: Mapping[str, Mapping[str, list[Any]]]) -> list[str]:
         m = _RANK.match(who)
         if m is None or m.group(2) is None or len(parts["steps"]) < 2:
             continue
-        rank, steps = int(m.group(2)), sorted(parts["steps"])
+        rank, steps = int(m.group(2)), sorted(t for t, _ in parts["steps"])
         step_s[rank] = [b - a for a, b in itertools.pairwise(steps)]
         wait_s[rank] = [
             sum(
@@ -185,7 +198,7 @@ def _stragglers(ranks: Mapping[str, Mapping[str, list[Any]]]) -> list[str]:
     if len(step_s) < 2:
         return []
     scores = straggler_scores(step_s, wait_s, last, len(calls))
-    return [s.why for s in scores if s.is_straggler]
+    return [{"rank": s.rank, "why": s.why} for s in scores if s.is_straggler]
 
 
 def trace_section(data: RunData, now: float) -> Section | None:
@@ -223,7 +236,7 @@ def trace_section(data: RunData, now: float) -> Section | None:
             f"{newest['name']}: {d['dropped_events']:,} events left out to fit the file's budget "
             f"and {d['dropped_spans']:,} spans dropped by the workers: the split is approximate"
         )
-    findings = tuple(f"trace: {why}" for why in d["stragglers"][:4])
+    findings = tuple(f"trace: {s['why']}" for s in d["stragglers"][:4])
     summary = (
         f"{len(data.traces)} trace file(s); the newest ({newest['name']}) covers "
         f"{len(d['ranks'])} ranks"

@@ -3,18 +3,21 @@
 Every rank keeps its last steps (`rankscope.step(loss=..., tokens=...)`, the monitor's bounded
 series); the report asks for them while the job is live. The ranks the monitor's findings name
 (a loss that diverges, spikes or disagrees with the other ranks', a straggler, a throughput that
-drifted) are drawn in red and named in the text.
+drifted) are drawn in red and named in the text. After the job ended the run directory keeps no
+series: the steps/s chart then comes from the step markers of the run's newest trace, and its
+stragglers are the ranks named.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rankscope.monitor.model import RankSeries, StepSample
-from rankscope.report.layout import MAX_SERIES, series, thin
+import numpy as np
+
+from rankscope.monitor.model import RankSeries
+from rankscope.report.layout import MAX_POINTS, MAX_SERIES
 from rankscope.report.model import Chart, RunData, Section, Series
 
 __all__ = ["monitor_data", "trends_section"]
@@ -26,6 +29,7 @@ LOSS_KINDS = frozenset(
 RATE_KINDS = frozenset(("straggler", "throughput_drift"))
 MAX_NAMED = 4
 """Ranks drawn apart in red at most (beside min/median/max when there are many ranks)."""
+LIVE = "the last steps each rank keeps, live"
 SMOOTH = 5
 """Throughput is drawn as the running median of this many steps (one step's rate is noisy)."""
 
@@ -43,7 +47,7 @@ def monitor_data(
         {
             "rank": s.rank,
             "group": s.group,
-            "samples": [[x.step, x.t, x.loss, x.tokens] for x in s.samples],
+            "samples": [[x.step, x.t, _float(x.loss), _float(x.tokens)] for x in s.samples],
         }
         for s in kept
     )
@@ -51,22 +55,26 @@ def monitor_data(
 
 
 def trends_section(data: RunData, now: float) -> Section | None:
-    """Loss and steps/s (or tokens/s) of every rank over steps; the odd ranks in red."""
-    if not any(r.get("samples") for r in data.series):
+    """Loss and steps/s (or tokens/s) of every rank over steps; the odd ranks in red. From the
+    live series, else from the step markers of the run's newest trace (steps/s only)."""
+    rows, source = _rows(data)
+    if not rows:
         return None
-    named = _named(data.health)
-    loss: dict[str, list[tuple[float, float]]] = {}
-    rate: dict[str, list[tuple[float, float]]] = {}
-    unit = "steps/s"
-    for r in sorted(data.series, key=lambda r: r.get("rank", -1)):
-        label = f"rank {r['rank']}"
-        samples = [StepSample(*row) for row in r.get("samples") or ()]
-        points = [(float(s.step), s.loss) for s in samples if _finite(s.loss)]
-        if points:
-            loss[label] = points  # type: ignore[assignment]
-        steps, rates, unit = _throughput(samples)
-        if steps:
-            rate[label] = list(zip(map(float, steps), _running_median(rates), strict=True))
+    live = source == LIVE
+    named = _named(data.health) if live else _trace_named(data)
+    tables = {label: np.asarray(r, dtype=float).reshape(-1, 4) for label, r in rows.items()}
+    pairs = sum(max(0, len(a) - 1) for a in tables.values())
+    with_tokens = sum(int(np.isfinite(a[1:, 3]).sum()) for a in tables.values())
+    unit = "tokens/s" if pairs and with_tokens * 2 >= pairs else "steps/s"
+    loss: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    rate: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for label, a in tables.items():
+        finite = np.isfinite(a[:, 2])
+        if finite.any():
+            loss[label] = (a[finite, 0], a[finite, 2])
+        steps, rates = _rates(a, unit)
+        if len(steps):
+            rate[label] = (steps, _running_median(rates))
     charts = []
     if loss:
         charts.append(Chart("loss per rank over steps", "", _lines(loss, named["loss"]), "step"))
@@ -75,21 +83,89 @@ def trends_section(data: RunData, now: float) -> Section | None:
         charts.append(Chart(title, "", _lines(rate, named["rate"]), "step"))
     if not charts:
         return None
-    steps_seen = [row[0] for r in data.series for row in r.get("samples") or ()]
-    summary = (
-        f"{len(data.series)} ranks, steps {min(steps_seen)}-{max(steps_seen)} "
-        f"(the last steps each rank keeps, live)"
-    )
+    first = min(float(a[0, 0]) for a in tables.values() if len(a))
+    last = max(float(a[-1, 0]) for a in tables.values() if len(a))
+    summary = f"{len(tables)} ranks, steps {first:g}-{last:g} ({source})"
     notes = [
         f"{who} stands out ({kind.replace('_', ' ')}): {evidence}; drawn in red"
         for who, kind, evidence in named["text"]
     ]
     if not loss:
-        notes.append("no loss: pass it as rankscope.step(loss=...) to chart it")
+        notes.append(
+            "no loss: pass it as rankscope.step(loss=...) to chart it"
+            if live
+            else "no loss: traces keep step markers only; the loss needs the live job"
+        )
     if not named["text"]:
-        notes.append("no rank stands out: the monitor found no loss or throughput outlier")
+        notes.append("no rank stands out: no loss or throughput outlier was found")
     notes = notes[: MAX_NAMED + 1]
     return Section("trends", "Loss and throughput", (), summary, (), tuple(charts), tuple(notes))
+
+
+def _rows(data: RunData) -> tuple[dict[str, list[Any]], str]:
+    """Per rank, [[step, time, loss, tokens]] and where they come from."""
+    live = {
+        f"rank {r['rank']}": r["samples"]
+        for r in sorted(data.series, key=lambda r: r.get("rank", -1))
+        if r.get("samples")
+    }
+    if live:
+        return live, LIVE
+    for trace in reversed(data.traces):
+        ranks = (trace.get("digest") or {}).get("ranks") or ()
+        marks = {
+            r["who"]: [[step, t, None, None] for step, t in r.get("step_times") or ()]
+            for r in ranks
+            if len(r.get("step_times") or ()) >= 2
+        }
+        if marks:
+            return marks, f"step markers of {trace['name']}"
+    return {}, ""
+
+
+def _rates(a: np.ndarray, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: tokens/s, or steps/s (steps between two samples over their time), as
+    `monitor.analysis.throughput` counts them."""
+    dt = np.diff(a[:, 1])
+    if unit == "tokens/s":
+        work = a[1:, 3]
+        keep = (dt > 0) & np.isfinite(work)
+    else:
+        work = np.diff(a[:, 0])
+        keep = dt > 0
+    return a[1:, 0][keep], work[keep] / dt[keep]
+
+
+def _running_median(values: np.ndarray) -> np.ndarray:
+    """The median of each value with the SMOOTH - 1 before it (fewer at the start)."""
+    out = np.empty(len(values))
+    for i in range(min(SMOOTH - 1, len(values))):
+        out[i] = np.median(values[: i + 1])
+    if len(values) >= SMOOTH:
+        windows = np.lib.stride_tricks.sliding_window_view(values, SMOOTH)
+        out[SMOOTH - 1 :] = np.median(windows, axis=1)
+    return out
+
+
+def _points(x: np.ndarray, y: np.ndarray) -> list[tuple[float, float]]:
+    """At most MAX_POINTS points, evenly thinned, the last kept."""
+    if len(x) > MAX_POINTS:
+        keep = np.unique(np.linspace(0, len(x) - 1, MAX_POINTS).astype(int))
+        x, y = x[keep], y[keep]
+    return list(zip(x.tolist(), y.tolist(), strict=True))
+
+
+def _trace_named(data: RunData) -> dict[str, Any]:
+    """The stragglers of the newest trace, on the throughput chart."""
+    out: dict[str, Any] = {"loss": set(), "rate": set(), "text": []}
+    for trace in reversed(data.traces):
+        found = (trace.get("digest") or {}).get("stragglers")
+        if found:
+            for s in found[:MAX_NAMED]:
+                out["rate"].add(f"rank {s['rank']}")
+                out["text"].append((f"rank {s['rank']}", "straggler", s["why"]))
+            break
+    return out
 
 
 def _named(health: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -108,26 +184,28 @@ def _named(health: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _lines(
-    lines: Mapping[str, Sequence[tuple[float, float]]], named: set[str]
+    lines: Mapping[str, tuple[np.ndarray, np.ndarray]], named: set[str]
 ) -> tuple[Series, ...]:
     """One line per rank, the named in red; past MAX_SERIES ranks, the min/median/max of the
-    others and the named ranks apart."""
+    others (as `layout.series`) and the named ranks apart."""
     if len(lines) <= MAX_SERIES:
-        return tuple(Series(k, thin(v), k in named) for k, v in lines.items())
+        return tuple(Series(k, tuple(_points(*xy)), k in named) for k, xy in lines.items())
     apart = [k for k in lines if k in named][:MAX_NAMED]
-    rest = {k: v for k, v in lines.items() if k not in apart}
-    return (*series(rest), *(Series(k, thin(lines[k]), True) for k in apart))
+    rest = [xy for k, xy in lines.items() if k not in apart]
+    grid = np.unique(np.concatenate([x for x, _ in rest]))
+    if len(grid) > MAX_POINTS:
+        grid = grid[np.unique(np.linspace(0, len(grid) - 1, MAX_POINTS).astype(int))]
+    values = np.vstack([np.interp(grid, x, y) for x, y in rest])
+    spread = (
+        ("min", values.min(axis=0)),
+        ("median", np.median(values, axis=0)),
+        ("max", values.max(axis=0)),
+    )
+    return (
+        *(Series(f"{name} over {len(rest)} ranks", tuple(_points(grid, v))) for name, v in spread),
+        *(Series(k, tuple(_points(*lines[k])), True) for k in apart),
+    )
 
 
-def _throughput(samples: Sequence[StepSample]) -> tuple[list[int], list[float], str]:
-    from rankscope.monitor.analysis import throughput
-
-    return throughput(samples)
-
-
-def _running_median(values: Sequence[float]) -> list[float]:
-    return [statistics.median(values[max(0, i - SMOOTH + 1) : i + 1]) for i in range(len(values))]
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
+def _float(value: float | None) -> float:
+    return math.nan if value is None else value
