@@ -79,6 +79,15 @@ def bench_step(repeats: int) -> None:
     bare = per_call_us(rankscope.step, calls, repeats)
     full = per_call_us(lambda: rankscope.step(loss=2.5, tokens=512, grad_norm=1.25), calls, repeats)
     empty = per_call_us(lambda: None, calls, repeats)
+    from rankscope import level
+
+    level.set_level("off")
+    try:
+        off = per_call_us(
+            lambda: rankscope.step(loss=2.5, tokens=512, grad_norm=1.25), calls, repeats
+        )
+    finally:
+        level.set_level("light")
     step_recorder().clear()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -92,6 +101,7 @@ def bench_step(repeats: int) -> None:
         )
     print(f"rankscope.step(loss, tokens, grad_norm): {full:.2f} us/call (goal < 2 us)")
     print(f"rankscope.step() with no numbers:        {bare:.2f} us/call")
+    print(f"the same with numbers at level off:      {off:.2f} us/call (nothing recorded)")
     print(f"an empty Python call (lambda: None):     {empty:.2f} us/call")
     print(f"the demo's train_step:                   {demo_ms * 1e3:.0f} us")
     print(f"step() with numbers / demo step:         {full / (demo_ms * 1e3):.3%} (goal < 0.5%)")

@@ -40,14 +40,17 @@ class MonitoredRank(GlooMember):
     def train(self, steps: int) -> int:
         f = self.faults
         for step in range(1, steps + 1):
-            time.sleep(f.get("sleep_s", 0.0))  # a slow rank: its compute is longer
-            inputs, targets = load_batch(self._batch, step)  # type: ignore[arg-type]
+            with rankscope.span("load_batch"):  # the phases, when a trace window records
+                time.sleep(f.get("sleep_s", 0.0))  # a slow rank: slow in data loading
+                inputs, targets = load_batch(self._batch, step)  # type: ignore[arg-type]
             if step == f.get("nan_step"):  # the first Linear's output turns non-finite
                 inputs = inputs.clone()
                 inputs[0, 0] = float("inf")
             self.optimizer.zero_grad()
-            loss = nn.functional.mse_loss(self.model(inputs), targets)
-            loss.backward()
+            with rankscope.span("forward"):
+                loss = nn.functional.mse_loss(self.model(inputs), targets)
+            with rankscope.span("backward"):
+                loss.backward()
             if step == f.get("late_step"):
                 time.sleep(f.get("late_s", 0.0))
             for p in self.model.parameters():
