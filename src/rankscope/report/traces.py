@@ -186,19 +186,33 @@ def _stragglers(ranks: Mapping[str, Mapping[str, list[Any]]]) -> list[dict[str, 
             continue
         rank, steps = int(m.group(2)), sorted(t for t, _ in parts["steps"])
         step_s[rank] = [b - a for a, b in itertools.pairwise(steps)]
-        wait_s[rank] = [
-            sum(
-                max(0.0, min(s + float(a.get("wait_ms", 0)) / 1e3, hi) - max(s, lo))
-                for s, _, a in parts["calls"]
-            )
-            for lo, hi in itertools.pairwise(steps)
-        ]
+        wait_s[rank] = _step_waits(steps, parts["calls"])
         last[rank] = sum(1 for _, _, a in parts["calls"] if a.get("last_to_arrive"))
         calls.update((a.get("group"), a.get("seq")) for _, _, a in parts["calls"])
     if len(step_s) < 2:
         return []
     scores = straggler_scores(step_s, wait_s, last, len(calls))
     return [{"rank": s.rank, "why": s.why} for s in scores if s.is_straggler]
+
+
+def _step_waits(
+    steps: Sequence[float], calls: Sequence[tuple[float, float, Mapping[str, Any]]]
+) -> list[float]:
+    """Seconds waited in collectives within each step interval: each call's wait counts in the
+    step it started in, cut at that step's end."""
+    import numpy as np
+
+    edges = np.asarray(steps, dtype=float)
+    out = np.zeros(max(0, len(edges) - 1))
+    if not calls or not len(out):
+        return out.tolist()
+    starts = np.array([s for s, _, _ in calls], dtype=float)
+    waits = np.array([float(a.get("wait_ms", 0.0)) / 1e3 for _, _, a in calls])
+    step = np.searchsorted(edges, starts, side="right") - 1
+    inside = (step >= 0) & (step < len(out))
+    step, starts, waits = step[inside], starts[inside], waits[inside]
+    np.add.at(out, step, np.minimum(starts + waits, edges[step + 1]) - starts)
+    return out.tolist()
 
 
 def trace_section(data: RunData, now: float) -> Section | None:
@@ -238,7 +252,7 @@ def trace_section(data: RunData, now: float) -> Section | None:
         )
     findings = tuple(f"trace: {s['why']}" for s in d["stragglers"][:4])
     summary = (
-        f"{len(data.traces)} trace file(s); the newest ({newest['name']}) covers "
+        f"{len(data.traces)} trace file(s); the newest that reads, {newest['name']}, covers "
         f"{len(d['ranks'])} ranks"
     )
     return Section("trace", "Traces", findings, summary, (split, slowest, files), (), tuple(notes))
