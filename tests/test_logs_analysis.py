@@ -94,11 +94,65 @@ def test_jsonl_line_parses_and_foreign_lines_are_skipped():
     assert parse_jsonl_line("[1, 2]", 0) is None
 
 
-def test_follow_knows_a_line_again_on_the_next_read():
-    from rankscope.logs.follow import line_key
+def test_follow_reads_each_file_on_from_where_it_stopped(tmp_path, monkeypatch):
+    """--follow's reads: only complete lines written since the last read; a half-written line
+    waits; a rotated file (renamed) is read on, the new one from its start; nothing twice."""
+    import json
+    import os
 
-    logged = _line(5.0, 1, "loss=0.5")
-    assert line_key(logged) == line_key(_line(5.0, 1, "loss=0.5"))
-    printed = LogLine(time=9.0, message="hello", level="", rank=1, pid=7, source="stdout", seq=3)
-    later = LogLine(time=12.0, message="hello", level="", rank=1, pid=7, source="stdout", seq=3)
-    assert line_key(printed) == line_key(later)  # .out lines take the file's mtime
+    from rankscope.logs.analysis import LogFilter
+    from rankscope.logs.reader import read_node
+
+    monkeypatch.setenv("RANKSCOPE_LOG_DIR", str(tmp_path))
+    (tmp_path / "job").mkdir()
+    path = tmp_path / "job" / "7.jsonl"
+
+    def rec(message: str) -> str:
+        return json.dumps({"time": 1.0, "message": message, "pid": 7, "rank": 0}) + "\n"
+
+    def read(offsets: dict[str, int]) -> tuple[list[str], dict[str, int]]:
+        logs = read_node("job", {}, LogFilter(), 100, std_files=False, offsets=offsets)
+        return [ln.message for ln in logs.lines], logs.offsets
+
+    path.write_text(rec("a") + rec("b"))
+    first, offsets = read({})
+    assert first == ["a", "b"]
+    with open(path, "a") as f:
+        f.write(rec("c") + rec("d")[:10])
+    second, offsets = read(offsets)
+    assert second == ["c"]
+    with open(path, "a") as f:
+        f.write(rec("d")[10:])
+    os.rename(path, f"{path}.1")
+    path.write_text(rec("e"))
+    third, offsets = read(offsets)
+    assert third == ["d", "e"]
+    assert read(offsets)[0] == []
+
+
+def test_follow_reads_ray_out_files_on_and_only_their_tail(tmp_path, monkeypatch):
+    from rankscope.logs import reader
+    from rankscope.logs.analysis import LogFilter
+
+    out = tmp_path / "worker-1-7.out"
+    out.write_text("hello\nwor")
+
+    def read(offsets: dict[str, int] | None) -> tuple[list[str], dict[str, int]]:
+        found, (key, end) = reader._std_lines(
+            str(out), "stdout", 7, 0, "host", LogFilter(), None, offsets
+        )
+        return [ln.message for ln in found], {key: end}
+
+    assert read(None)[0] == ["hello", "wor"]  # a plain read shows the unfinished line
+    first, offsets = read({})
+    assert first == ["hello"]
+    with open(out, "a") as f:
+        f.write("ld\n")
+    second, offsets = read(offsets)
+    assert second == ["world"]
+    monkeypatch.setattr(reader, "STD_TAIL_BYTES", 16)
+    with open(out, "a") as f:
+        f.write("0123456789\n" * 3)  # more than the tail since the last read
+    third, offsets = read(offsets)
+    assert third == ["0123456789"]  # the tail, without the line it cuts
+    assert read(offsets)[0] == []

@@ -10,7 +10,7 @@ from rankscope.logs.model import FoldedLine, LogLine, NodeLogs
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeStatus
 
-__all__ = ["JobLogs", "collect_logs", "read_job_logs"]
+__all__ = ["JobLogs", "collect_logs", "read_job_logs", "read_new_lines"]
 
 MAX_LINES_PER_NODE = 1_000_000
 NODE_READ_TIMEOUT_S = 60.0
@@ -70,6 +70,39 @@ def read_job_logs(
         skipped=sum(r.skipped for r in results),
         errors=tuple(errors + [e for r in results for e in r.errors]),
     )
+
+
+def read_new_lines(
+    job_id: str,
+    probes: list[ProbeStatus],
+    log_filter: LogFilter,
+    offsets: dict[str, dict[str, int]],
+) -> tuple[list[LogLine], list[str]]:
+    """The lines written since the last call (all of them on the first), merged in time order,
+    and what could not be read; `offsets` (node address -> file -> bytes read) is advanced."""
+    import ray
+
+    from rankscope.logs.reader import read_node_remote
+
+    targets = _node_targets(probes, ray.nodes())
+    refs = {
+        ip: read_node_remote(
+            node_id, job_id, pids, log_filter, MAX_LINES_PER_NODE, offsets=offsets.get(ip, {})
+        )
+        for ip, (node_id, pids) in targets.items()
+    }
+    results: list[NodeLogs] = []
+    errors: list[str] = []
+    for ip, ref in refs.items():
+        try:
+            result: NodeLogs = ray.get(ref, timeout=NODE_READ_TIMEOUT_S)
+        except Exception as exc:
+            errors.append(f"node {ip}: could not read its logs: {type(exc).__name__}")
+            continue
+        results.append(result)
+        offsets[ip] = result.offsets  # files gone since drop out
+        errors.extend(result.errors)
+    return merge_lines(r.lines for r in results), errors
 
 
 def _node_targets(

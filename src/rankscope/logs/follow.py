@@ -1,4 +1,10 @@
-"""`rankscope logs --follow`: read again every second, print the lines not printed yet."""
+"""`rankscope logs --follow`: every second, print the lines written since the last read.
+
+Each node's task reads on from where the previous read stopped in each file (see
+`logs.reader`): a follow costs what was written since, not the size of the files, and no
+line is printed twice, also when Ray's .out files grow past the tail a plain read shows or a
+rankscope file rotates.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +12,16 @@ import dataclasses
 import json
 import time
 
-from rankscope.cli.common import out
+from rankscope.cli.common import err, out
 from rankscope.logs.analysis import LogFilter
-from rankscope.logs.collect import read_job_logs
-from rankscope.logs.model import LogLine
+from rankscope.logs.collect import read_new_lines
 from rankscope.logs.render import line_text
 from rankscope.runtime.client import HubClient
 from rankscope.serialize import plain
 
-__all__ = ["follow_logs", "line_key"]
+__all__ = ["follow_logs"]
 
 POLL_S = 1.0
-SEEN_MAX = 1_000_000
-
-
-def line_key(line: LogLine) -> tuple[object, ...]:
-    """What makes a line the same one on the next read (Ray's .out/.err lines carry no time)."""
-    if line.source == "log":
-        return (line.pid, line.time, line.seq)
-    return (line.pid, line.source, line.seq, line.message)
 
 
 def follow_logs(
@@ -32,22 +29,22 @@ def follow_logs(
 ) -> None:
     """Print new lines (one JSON object per line with `--json`) until Ctrl-C."""
     client = HubClient.attach(address)
-    seen: set[tuple[object, ...]] = set()
+    offsets: dict[str, dict[str, dict[str, int]]] = {}  # job -> node -> file -> bytes read
+    reported: set[str] = set()
     try:
         while True:
             for job_id, probes in client.jobs(job).items():
-                result = read_job_logs(job_id, probes, log_filter, raw=True)
-                for line in result.lines:
-                    key = line_key(line)
-                    if key in seen:
-                        continue
-                    seen.add(key)
+                lines, errors = read_new_lines(
+                    job_id, probes, log_filter, offsets.setdefault(job_id, {})
+                )
+                for line in lines:
                     if as_json:
                         out.print(json.dumps(plain(line)), markup=False, highlight=False)
                     else:
                         out.print(line_text(line), markup=False, highlight=False)
-            if len(seen) > SEEN_MAX:
-                seen.clear()
+                for error in sorted(set(errors) - reported):  # once each, on stderr
+                    reported.add(error)
+                    err.print(f"rankscope: {error}", markup=False, highlight=False)
             time.sleep(POLL_S)
             log_filter = dataclasses.replace(log_filter, now=time.time())
     except KeyboardInterrupt:

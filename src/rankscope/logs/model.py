@@ -36,7 +36,7 @@ class LogLine:
     source: str = "log"
     """`log` (rankscope's JSONL file), `stdout` or `stderr` (Ray's worker files)."""
     seq: int = 0
-    """Order within its file, so lines of the same time keep their order."""
+    """Where the line starts in its file (bytes), so lines of the same time keep their order."""
 
     @property
     def label(self) -> str:
@@ -107,3 +107,5 @@ class NodeLogs:
     skipped: int = 0
     """Lines left out because more than the bound matched (the oldest go first)."""
     errors: tuple[str, ...] = ()
+    offsets: dict[str, int] = field(default_factory=dict)
+    """Each file read (by device and inode) -> the bytes read up to (`--follow` reads on)."""

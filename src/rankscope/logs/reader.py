@@ -4,6 +4,11 @@
 processes that died as well as live ones. Filters are applied there, and at most `max_lines`
 lines (the newest) come back. Ray's .out/.err lines carry no time: each gets its file's last
 modification time, in file order, and the rank of the pid the file belongs to.
+
+`rankscope logs --follow` passes `offsets` (where each file, by device and inode, was read up
+to) and gets them back advanced: each read returns only the complete lines written since, so a
+follow costs what was written, not the size of the files, and a rotated file (renamed: same
+inode) is read on from where it was.
 """
 
 from __future__ import annotations
@@ -66,10 +71,13 @@ def read_node(
     max_lines: int,
     *,
     std_files: bool = True,
+    offsets: dict[str, int] | None = None,
 ) -> NodeLogs:
     """Every rankscope log file of the job on this node, and Ray's .out/.err of `pids`
-    (pid -> rank); filtered, the newest `max_lines` kept."""
+    (pid -> rank); filtered, the newest `max_lines` kept. With `offsets` (file key -> bytes
+    read, from the last call's `NodeLogs.offsets`), only complete lines past them."""
     pattern = log_filter.pattern()
+    ends: dict[str, int] = {}
     lines: list[LogLine] = []
     files: list[str] = []
     errors: list[str] = []
@@ -82,11 +90,20 @@ def read_node(
                 continue
             files.append(part)
             try:
-                with open(part, encoding="utf-8", errors="replace") as f:
-                    for seq, raw in enumerate(f):
-                        line = parse_jsonl_line(raw, seq)
+                with open(part, "rb") as f:
+                    key = _file_key(f)
+                    pos = (offsets or {}).get(key, 0)
+                    f.seek(pos if pos <= os.fstat(f.fileno()).st_size else 0)  # else truncated
+                    pos = f.tell()
+                    for raw in f:
+                        if not raw.endswith(b"\n"):
+                            break  # being written: read it whole next time
+                        text = raw.decode("utf-8", "replace")  # as fast as a text file
+                        line = parse_jsonl_line(text, pos)  # seq: where it starts, in order
+                        pos += len(raw)
                         if line is not None and log_filter.keeps(line, pattern):
                             lines.append(line)
+                    ends[key] = pos
             except OSError as exc:
                 errors.append(f"{part}: {exc.strerror or exc}")
     if std_files:
@@ -94,14 +111,24 @@ def read_node(
             for path, source in worker_std_files(pid):
                 files.append(path)
                 try:
-                    lines += _std_lines(path, source, pid, rank, hostname, log_filter, pattern)
+                    found, (key, end) = _std_lines(
+                        path, source, pid, rank, hostname, log_filter, pattern, offsets
+                    )
+                    lines += found
+                    ends[key] = end
                 except OSError as exc:
                     errors.append(f"{path}: {exc.strerror or exc}")
     if len(lines) > max_lines:
         lines.sort(key=lambda ln: (ln.time, ln.pid, ln.seq))
         skipped = len(lines) - max_lines
         lines = lines[skipped:]
-    return NodeLogs(hostname, tuple(lines), tuple(files), skipped, tuple(errors))
+    return NodeLogs(hostname, tuple(lines), tuple(files), skipped, tuple(errors), ends)
+
+
+def _file_key(f: Any) -> str:
+    """The same file under any name (rotation renames it): its device and inode."""
+    st = os.fstat(f.fileno())
+    return f"{st.st_dev}:{st.st_ino}"
 
 
 def _std_lines(
@@ -112,18 +139,31 @@ def _std_lines(
     hostname: str,
     log_filter: LogFilter,
     pattern: re.Pattern[str] | None,
-) -> list[LogLine]:
+    offsets: dict[str, int] | None,
+) -> tuple[list[LogLine], tuple[str, int]]:
+    """The lines of the file's tail (past its offset when following), and (its key, the
+    offset read up to). Following, a line still being written waits for the next read."""
     with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - STD_TAIL_BYTES))
-        data = f.read()
-        mtime = os.fstat(f.fileno()).st_mtime
-    texts = data.decode("utf-8", "replace").splitlines()
-    if size > STD_TAIL_BYTES:
-        texts = texts[1:]  # cut in the middle
+        key = _file_key(f)
+        st = os.fstat(f.fileno())
+        size, mtime = st.st_size, st.st_mtime
+        start = max(0, size - STD_TAIL_BYTES)
+        known = (offsets or {}).get(key)
+        if known is not None and start <= known <= size:
+            start = known
+        f.seek(start)
+        data = f.read(size - start)
+    cut = start > 0 and (known is None or start != known)  # in the middle of a line
+    if offsets is not None:
+        data = data[: data.rfind(b"\n") + 1]
     found = []
-    for seq, text in enumerate(texts):
+    pos = start
+    for raw in data.splitlines(keepends=True):
+        seq, pos = pos, pos + len(raw)
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if cut:
+            cut = False
+            continue
         if not text.strip() or _RAY_MARKER.match(text):
             continue
         line = LogLine(
@@ -138,14 +178,19 @@ def _std_lines(
         )
         if log_filter.keeps(line, pattern):
             found.append(line)
-    return found
+    return found, (key, start + len(data))
 
 
 @ray.remote(num_cpus=0, max_retries=0)
 def _read_on_node(
-    job_id: str, pids: dict[int, int | None], log_filter: LogFilter, max_lines: int, std: bool
+    job_id: str,
+    pids: dict[int, int | None],
+    log_filter: LogFilter,
+    max_lines: int,
+    std: bool,
+    offsets: dict[str, int] | None,
 ) -> NodeLogs:
-    return read_node(job_id, pids, log_filter, max_lines, std_files=std)
+    return read_node(job_id, pids, log_filter, max_lines, std_files=std, offsets=offsets)
 
 
 def read_node_remote(
@@ -155,9 +200,10 @@ def read_node_remote(
     log_filter: LogFilter,
     max_lines: int,
     std_files: bool = True,
+    offsets: dict[str, int] | None = None,
 ) -> Any:
     """The `read_node` task on `node_id` (an ObjectRef)."""
     strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
     return _read_on_node.options(scheduling_strategy=strategy).remote(
-        job_id, pids, log_filter, max_lines, std_files
+        job_id, pids, log_filter, max_lines, std_files, offsets
     )
