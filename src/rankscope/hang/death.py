@@ -57,7 +57,9 @@ def find_deaths(dead: Sequence[ProbeStatus]) -> dict[str, Death]:
     for p in dead:
         actor_id = p.context.actor_id or by_pid.get((p.context.node_ip, p.context.pid))
         kind, said, died_at = ray_death(actor_id) if actor_id else (DeathKind.UNKNOWN, "", None)
-        parts = [said]
+        if p.reason and kind == DeathKind.UNKNOWN:  # the hub's "node gone: ..." (runtime.registry)
+            kind = DeathKind.NODE_DIED
+        parts = [p.reason, said]
         ref = refs[p.info.probe_id]
         forensics = None
         if ref in ready:

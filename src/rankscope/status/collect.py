@@ -34,7 +34,8 @@ def job_statuses(
     """Every selected job's registry; Ray's GCS and the node explain each death.
 
     `client`: a hub client the caller attached already (else one is attached at `address`).
-    A process on a node Ray declared dead has the hub's "node gone: ..." first in its cause.
+    A process on a node Ray declared dead has the hub's "node gone: ..." first in its cause
+    (`hang.death.find_deaths`).
     """
     from rankscope.hang.death import find_deaths
 
@@ -47,9 +48,7 @@ def job_statuses(
             job_id,
             tuple(probes),
             {
-                p.info.probe_id: "; ".join(
-                    x for x in (p.reason, deaths[p.info.probe_id].cause) if x
-                )
+                p.info.probe_id: deaths[p.info.probe_id].cause
                 for p in probes
                 if p.info.probe_id in deaths
             },
