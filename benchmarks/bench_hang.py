@@ -84,11 +84,13 @@ def one_trial(mode: str, calls: int) -> tuple[float, float]:
     return float(wall), float(cpu)
 
 
-def wrapper_cost(calls: int = 200_000) -> tuple[float, float]:
-    """µs per call of a do-nothing collective on a real 1-rank gloo group, bare and recorded."""
+def wrapper_cost(calls: int = 200_000) -> tuple[float, float, float]:
+    """µs per call of a do-nothing collective on a real 1-rank gloo group: bare, recorded, and
+    through the recorder with the level switched live to `off` (the call passes through)."""
     import torch
     import torch.distributed as dist
 
+    from rankscope import level
     from rankscope.hang.recorder import _wrap
 
     def all_reduce(tensor, op=None, group=None, async_op=False):  # type: ignore[no-untyped-def]
@@ -99,17 +101,20 @@ def wrapper_cost(calls: int = 200_000) -> tuple[float, float]:
         group = dist.group.WORLD
         wrapped = _wrap("all_reduce", all_reduce)
         x = torch.ones(1)
-        results = []
-        for fn in (all_reduce, wrapped):
-            runs = []
-            for _ in range(5):
+        runs: list[list[float]] = [[], [], []]
+        for _ in range(5):  # interleaved: the machine's load drifts between them
+            for i, (fn, at) in enumerate(
+                ((all_reduce, "light"), (wrapped, "light"), (wrapped, "off"))
+            ):
+                level.set_level(at)
                 start = time.perf_counter()
                 for _ in range(calls):
                     fn(x, group=group)
-                runs.append((time.perf_counter() - start) / calls * 1e6)
-            results.append(statistics.median(runs))
+                runs[i].append((time.perf_counter() - start) / calls * 1e6)
+        level.set_level("light")
         dist.destroy_process_group()
-    return results[0], results[1]
+    bare, recorded, off = (statistics.median(r) for r in runs)
+    return bare, recorded, off
 
 
 def main() -> None:
@@ -140,10 +145,10 @@ def main() -> None:
             f"        overhead: recorder {ours:+.2f}, a 2 us spin {spin:+.2f}, "
             f"DETAIL {detail:+.2f} us/call{ratio}"
         )
-    bare, wrapped = wrapper_cost()
+    bare, wrapped, off = wrapper_cost()
     print(
         f"recorder wrapper alone (no communication): {wrapped - bare:.2f} us/call "
-        f"({bare:.2f} -> {wrapped:.2f})"
+        f"({bare:.2f} -> {wrapped:.2f}); at level off {off - bare:.2f} us/call"
     )
 
 

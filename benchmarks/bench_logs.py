@@ -13,8 +13,12 @@
    light and full, all interleaved per trial; CPU time per step of the whole process (the
    probe's threads included) and of the training thread alone.
 
+4. `rankscope logs --follow`'s read on one node (`read_node` with offsets): the first read of
+   a 200,000-line file against the next read after one more line (each later second's cost;
+   before, every second read the files whole again).
+
 Run: .venv/bin/python benchmarks/bench_logs.py [--trials 5] [--workers 8] [--records 100000]
-     [--skip-cluster]
+     [--skip-cluster] [--follow-only]
 """
 
 from __future__ import annotations
@@ -200,13 +204,52 @@ def level_costs(trials: int, steps: int = 300) -> dict[str, tuple[float, float]]
     }
 
 
+def follow_read(lines: int = 200_000, trials: int = 5) -> tuple[float, float]:
+    """Seconds of a whole read of one node's `lines`-line file, and of the next read (one new
+    line) from the offsets the first returned; medians of `trials`."""
+    from rankscope.logs.analysis import LogFilter
+    from rankscope.logs.reader import read_node
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["RANKSCOPE_LOG_DIR"] = tmp
+        os.makedirs(os.path.join(tmp, "job"))
+        path = os.path.join(tmp, "job", "7.jsonl")
+
+        def record(i: int) -> str:
+            doc = {"time": 1.0 + i, "message": f"loss={i / 7:.3f}", "pid": 7, "rank": 0}
+            return json.dumps(doc) + "\n"
+
+        with open(path, "w") as f:
+            f.writelines(record(i) for i in range(lines))
+        whole, then = [], []
+        for t in range(trials):
+            start = time.perf_counter()
+            first = read_node("job", {}, LogFilter(), 10**6, std_files=False, offsets={})
+            whole.append(time.perf_counter() - start)
+            with open(path, "a") as f:
+                f.write(record(lines + t))
+            start = time.perf_counter()
+            new = read_node("job", {}, LogFilter(), 10**6, std_files=False, offsets=first.offsets)
+            then.append(time.perf_counter() - start)
+            assert len(new.lines) == 1
+        os.environ.pop("RANKSCOPE_LOG_DIR", None)
+    return statistics.median(whole), statistics.median(then)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--skip-cluster", action="store_true")
+    parser.add_argument("--follow-only", action="store_true")
     args = parser.parse_args()
+
+    whole, then = follow_read(trials=args.trials)
+    print("4. logs --follow on one node, a 200,000-line file (median of trials):")
+    print(f"   first read {whole * 1e3:.0f} ms; each next read (one new line) {then * 1e3:.2f} ms")
+    if args.follow_only:
+        return 0
 
     with tempfile.TemporaryDirectory() as tmp:
         costs = per_record_costs(args.trials, tmp)
