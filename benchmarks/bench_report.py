@@ -66,6 +66,77 @@ def synthetic_run(run_dir: str, ranks: int, snapshots: int) -> str:
     return os.path.join(run_dir, JOB)
 
 
+def synthetic_trace(path: str, ranks: int, steps: int) -> None:
+    """What `rankscope trace` writes for `ranks` ranks: a `forward` span, an all_reduce (the
+    last rank 50 ms late) and a step marker per step."""
+    from rankscope.context import RankContext
+    from rankscope.hang.model import CallState, CollectiveRecord
+    from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
+    from rankscope.trace.analysis import split_collectives
+    from rankscope.trace.chrome import render_trace
+    from rankscope.trace.model import RankTrace
+
+    t0, traces = 1_796_300_000.0, []
+    for rank in range(ranks):
+        ctx = RankContext(rank=rank, local_rank=rank % 8, world_size=ranks, node_id=f"n{rank // 8}",
+                          node_ip=f"10.0.0.{rank // 8}", hostname="h", pid=rank + 1,
+                          job_id=JOB, actor_id=None, actor_class="Worker", task_id=None,
+                          rank_source="env", group="g")  # fmt: skip
+        status = ProbeStatus(ProbeInfo(f"p{rank}", ctx, "0", 0.0), ProbeState.ALIVE, t0, t0,
+                             Progress(0, t0), 0, 0)  # fmt: skip
+        trace = RankTrace(status, started_ns=int(t0 * 1e9))
+        t = t0
+        for step in range(steps):
+            arrive, end = t + (0.15 if rank == ranks - 1 else 0.1), t + 0.152
+            trace.spans.append(("forward", round(t * 1e9), round(arrive * 1e9), 1, None))
+            call = CollectiveRecord("0", step + 1, "all_reduce", ((4,),), ("float32",), arrive,
+                                    end, CallState.COMPLETED, "t.py:1")  # fmt: skip
+            trace.collectives.append(call)
+            trace.steps.append((round(end * 1e9), step + 1, 1))
+            t = end
+        traces.append(trace)
+    with open(path, "w") as f:
+        render_trace(traces, split_collectives(traces, int((t0 + 1e3) * 1e9)), f.write)
+
+
+def extras(tmp: str, repeats: int) -> None:
+    """The trace section's digest against a bare `json.load` of the same file (the stock way
+    to read it), and the loss/throughput charts of 4,096 ranks x 1,024 live steps."""
+    from rankscope.report.model import RunData
+    from rankscope.report.traces import digest
+    from rankscope.report.trends import trends_section
+
+    path = os.path.join(tmp, "trace-bench.json")
+    synthetic_trace(path, 512, 100)
+    loads, digests = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        with open(path) as f:
+            doc = json.load(f)
+        loads.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        digest(doc)
+        digests.append(time.perf_counter() - started)
+    load, dig = statistics.median(loads), statistics.median(digests)
+    print(f"trace of 512 ranks x 100 steps, {os.path.getsize(path) / 2**20:.1f} MiB:")
+    print(
+        f"  json.load median {load:.2f} s; digest median {dig:.2f} s ({(load + dig) / load:.1f}x)"
+    )
+    t0 = 1_796_300_000.0
+    series = tuple(
+        {"rank": r, "group": "g",
+         "samples": [[s, t0 + s * 0.1 + r * 1e-4, 1 / (s + 1), 4096.0] for s in range(1024)]}
+        for r in range(4096)
+    )  # fmt: skip
+    charts = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        trends_section(RunData(JOB, "bench", series=series), t0)
+        charts.append(time.perf_counter() - started)
+    took = statistics.median(charts)
+    print(f"loss + tokens/s charts, 4,096 ranks x 1,024 steps: median {took:.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", type=int, default=4096)
@@ -94,6 +165,7 @@ def main() -> None:
         print(f"  rankscope events --help (floor) median {statistics.median(floor):.2f} s")
         print(f"  read + build + render in process median {statistics.median(inside):.2f} s")
         print(f"  page: {len(html.encode()) / 2**20:.2f} MiB (goal < 5 MiB); goal < 3 s")
+        extras(tmp, args.repeats)
         print(f"  load average at the end: {os.getloadavg()}")
 
 

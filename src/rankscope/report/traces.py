@@ -15,6 +15,7 @@ are not part of the split.
 from __future__ import annotations
 
 import datetime
+import heapq
 import itertools
 import re
 import statistics
@@ -46,39 +47,48 @@ def digest(doc: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("no traceEvents: not a Chrome/Perfetto trace")
     other = doc.get("otherData") or {}
     base_s = float(other.get("base_epoch_ns") or 0) / 1e9
-    tracks: dict[tuple[Any, Any], str] = {}
-    for e in events:
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
-            tracks[(e.get("pid"), e.get("tid"))] = str((e.get("args") or {}).get("name", ""))
     ranks: dict[str, dict[str, list[Any]]] = {}
-    slow: list[tuple[float, str, str, float]] = []
-    for e in events:
-        track = tracks.get((e.get("pid"), e.get("tid")), "")
-        who = _RANK.match(track)
-        if who is None:
+    tracks: dict[tuple[Any, Any], tuple[str, dict[str, list[Any]], str]] = {}
+    for e in events:  # each track once: whose it is and what it holds
+        if e.get("ph") != "M" or e.get("name") != "thread_name":
+            continue
+        track = str((e.get("args") or {}).get("name", ""))
+        rank = _RANK.match(track)
+        if rank is None:
             continue
         label, _, what = track.partition(" · ")
         lane = _OVERLAP.search(label)
-        label = label[: lane.start()] if lane else label
-        own = ranks.setdefault(who.group(1), {"spans": [], "steps": [], "calls": [], "label": []})
-        own["label"][:] = [label]
-        ts = float(e.get("ts", 0.0)) / 1e6
-        if e.get("ph") == "i" and str(e.get("name", "")).startswith("step "):
-            number = str(e["name"])[5:]
-            own["steps"].append((ts, int(number) if number.isdigit() else len(own["steps"])))
-        elif e.get("ph") == "X":
-            dur = float(e.get("dur", 0.0)) / 1e6
+        kind = "calls" if what.startswith("collectives") else "tasks" if what.startswith(
+            "ray tasks"
+        ) else "thread" if what else "lane" if lane else "main"  # fmt: skip
+        own = ranks.setdefault(rank.group(1), {"spans": [], "steps": [], "calls": [], "label": []})
+        if kind == "main":
+            own["label"][:] = [label]
+        tracks[(e.get("pid"), e.get("tid"))] = (rank.group(1), own, kind)
+    slow: list[tuple[float, str, str, float]] = []
+    for e in events:
+        found = tracks.get((e.get("pid"), e.get("tid")))
+        if found is None:
+            continue
+        who, own, kind = found
+        ph = e.get("ph")
+        if ph == "X":
+            ts, dur = float(e.get("ts", 0.0)) / 1e6, float(e.get("dur", 0.0)) / 1e6
             name = str(e.get("name", "?"))
-            args = e.get("args") or {}
-            if what.startswith("collectives"):
-                if "wait_ms" in args:
+            if kind == "calls":
+                args = e.get("args") or {}
+                if "wait_ms" in args:  # the call itself, not its wait/transfer parts
                     own["calls"].append((ts, dur, args))
-                    slow.append((dur, name, who.group(1), ts))
-            elif not what and lane is None:
-                own["spans"].append((ts, dur, name))
-            if not what.startswith(("collectives", "ray tasks")):
-                slow.append((dur, name, who.group(1), ts))
-    slow.sort(reverse=True)
+                    slow.append((dur, name, who, ts))
+            elif kind != "tasks":
+                if kind == "main":
+                    own["spans"].append((ts, dur, name))
+                slow.append((dur, name, who, ts))
+        elif ph == "i" and kind == "main" and str(e.get("name", "")).startswith("step "):
+            number = str(e["name"])[5:]
+            step = int(number) if number.isdigit() else len(own["steps"])
+            own["steps"].append((float(e.get("ts", 0.0)) / 1e6, step))
+    slow = heapq.nlargest(SLOWEST, slow)
     return {
         "ranks": [_rank_row(who, parts) for who, parts in sorted(ranks.items(), key=_order)],
         "slowest": [
