@@ -23,14 +23,14 @@ def _cli(*args: str) -> tuple[int, object]:
     return result.exit_code, json.loads(result.output)["data"]
 
 
-def _summaries(pids: list[int]) -> list[RecorderSnapshot]:
+def _summaries(pids: list[int]) -> list[RecorderSnapshot | None]:
     """Each rank's `collectives` heartbeat summary, as the hub holds it now."""
     found = probes_by_pid(pids)
-    return [found[pid].summaries.get("collectives") for pid in pids]
+    return [found[p].summaries.get("collectives") if p in found else None for p in pids]
 
 
-def _last_seq(snapshot: RecorderSnapshot) -> int:
-    return max((r.seq for r in snapshot.records), default=0)
+def _last_seq(snapshot: RecorderSnapshot | None) -> int:
+    return -1 if snapshot is None else max((r.seq for r in snapshot.records), default=0)
 
 
 def test_live_off_stops_recording_on_one_rank_and_light_resumes_it(cluster, tmp_path):
