@@ -73,7 +73,7 @@ def test_the_traces_split_each_ranks_step_and_name_the_straggler(tmp_path):
     traces = [_rank_trace(r) for r in range(4)]
     slices = split_collectives(traces, int((T0 + 10) * 1e9))
     with open(job_dir / "trace-20261203-140000.json", "w") as f:
-        render_trace(traces, slices, f.write)  # as `rankscope.trace_window` leaves it
+        render_trace(traces, slices, f.write)  # as enable_detailed_tracing() leaves it
     (job_dir / "trace-20261203-150000.json").write_text('{"traceEvents": [')  # cut short
 
     data = collect_run(str(job_dir), None, None)

@@ -1,7 +1,8 @@
 """The run's traces read back into the job report: per rank, where a step's time goes (pure).
 
-`rankscope trace` (and `rankscope.trace_window` in the driver, which writes `trace-*.json` into
-the run directory) writes Chrome/Perfetto trace-event JSON: per rank a track named
+`rankscope.enable_detailed_tracing()` in the driver writes `trace-*.json` into the job's run
+directory (`rankscope trace -o FILE` writes where it is told: copy it there to have it read).
+Both are Chrome/Perfetto trace-event JSON: per rank a track named
 `rank 3 (Worker) 10.0.0.5` with its spans and `step N` markers, a `... · collectives` track with
 each call (its `wait_ms`, `transfer_ms`, `last_to_arrive`), tracks of other threads and of Ray
 tasks. `digest` turns one such file into a small summary; `trace_section` shows the summaries.
