@@ -32,6 +32,15 @@ def _hung_run(run_dir: str) -> str:
     path = write_atomically(run_dir, "job7", "hang-report-1.json", json.dumps({"reason": "x"}))
     report = Event("hang_report", NOW + 60, {"path": path, "reason": "5 s", "findings": [HANG]})
     append_events(run_dir, [*batch, ("job7", "p1", report)])
+    tracks = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": r, "args": {"name": f"rank {r}"}}
+              for r in range(4)]  # fmt: skip
+    marks = [{"ph": "i", "name": f"step {i}", "pid": 1, "tid": r, "ts": i * 1e5}
+             for r in range(4) for i in range(3)]  # fmt: skip
+    trace = json.dumps({"traceEvents": [*tracks, *marks]})  # enable_detailed_tracing()'s file
+    write_atomically(run_dir, "job7", "trace-20261203-140000.json", trace)
+    shm = {"name": "/dev/shm", "status": "warn", "summary": "small", "evidence": {"n1": "1 GiB"}}
+    doctor = {"command": "doctor", "data": {"nodes": [], "checks": [shm]}}
+    write_atomically(run_dir, "job7", "doctor.json", json.dumps(doctor))  # `doctor --json`
     return os.path.join(run_dir, "job7")
 
 
@@ -86,7 +95,7 @@ def test_the_page_renders_in_chromium_offline_and_its_screenshot_is_not_blank(
     dom = chromium(f"file://{page}", tmp_path)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "rank 3 never entered #21" in dom.stdout
-    for section in ("timeline", "ranks", "hang", "events"):
+    for section in ("timeline", "ranks", "hang", "trends", "trace", "environment", "events"):
         assert f'id="section-{section}"' in dom.stdout
     assert not re.search(r'(src|href)="(https?:)?//', dom.stdout)  # nothing to fetch
 
