@@ -184,14 +184,18 @@ def test_a_broken_input_costs_its_section_and_the_page_says_so():
     data = RunData(
         "job1",
         "d",
-        events=({"kind": "test.note", "time": T0, "payload": {"message": "hello"}},),
+        events=(
+            {"kind": "test.note", "time": T0, "payload": {"message": "hello"}},
+            {"kind": "alert", "time": "soon", "payload": "disk full"},  # not what alerts write
+        ),
         artifacts={"doctor.json": {"command": "doctor", "data": {"checks": [{"status": "fail"}]}}},
         series=({"rank": 0, "samples": [[1]]},),  # a row cut short
     )
     report = build_report(data, T0)
     assert [s.key for s in report.sections] == ["events"]
+    assert [i.text for i in report.timeline] == ["hello"]  # the malformed event left out
     text = _text(render_html(report))
-    for section in ("trends", "environment"):
+    for section in ("trends", "alerts", "environment"):
         assert re.search(
             rf"the {section} section is left out: its data could not be read \(\w+Error", text
         )

@@ -50,12 +50,17 @@ def build_report(data: RunData, now: float) -> RunReport:
         if section is not None:
             built.append(section)
     sections = tuple(built)
+    try:
+        events = timeline(data)
+    except Exception as exc:  # the page goes on without its timeline
+        events = ()
+        notes.append(f"the timeline is left out: the events could not be read ({exc!r})"[:300])
     return RunReport(
         job_id=data.job_id,
         source=data.source,
         generated_at=now,
         verdict=verdict(sections, data),
-        timeline=timeline(data),
+        timeline=events,
         sections=sections,
         notes=tuple(notes),
     )
@@ -89,7 +94,13 @@ def verdict(sections: Iterable[Section], data: RunData) -> str:
 def timeline(data: RunData) -> tuple[TimelineItem, ...]:
     """The run's events on one time axis, with the live deaths, oldest first, bounded."""
     who = _labels(data)
-    items = [_item(e, who) for e in data.events if e.get("kind") != "probe.registered"]
+    items = []
+    for e in data.events:
+        if e.get("kind") != "probe.registered":
+            try:
+                items.append(_item(e, who))
+            except (AttributeError, TypeError, ValueError):  # one malformed event: left out
+                continue
     registered = [e for e in data.events if e.get("kind") == "probe.registered"]
     if registered:
         first = min(e.get("time", 0.0) for e in registered)

@@ -133,7 +133,9 @@ def _rates(a: np.ndarray, unit: str) -> tuple[np.ndarray, np.ndarray]:
     else:
         work = np.diff(a[:, 0])
         keep = dt > 0
-    return a[1:, 0][keep], work[keep] / dt[keep]
+    steps, rates = a[1:, 0][keep], work[keep] / dt[keep]
+    finite = np.isfinite(rates)
+    return steps[finite], rates[finite]
 
 
 def _running_median(values: np.ndarray) -> np.ndarray:
