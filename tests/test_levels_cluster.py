@@ -61,6 +61,8 @@ def test_live_off_stops_recording_on_one_rank_and_light_resumes_it(cluster, tmp_
         )
         assert off[1].paused and off[1].records == ()  # rank 1: nothing recorded nor sent
         assert not off[0].paused
+        where = {p: s.summaries.get("where") for p, s in probes_by_pid(pids).items()}
+        assert where[pids[1]] is None and where[pids[0]] is not None  # no stack per heartbeat
         wait_until(
             lambda: probes_by_pid(pids)[pids[1]].last_seen > switched,
             what="rank 1's heartbeat after the switch",
@@ -85,7 +87,7 @@ def test_live_off_stops_recording_on_one_rank_and_light_resumes_it(cluster, tmp_
             lambda: (s := _summaries(pids)) and s[1] and _last_seq(s[1]) >= start + 7 and s,
             what="rank 1 recording again",
         )
-        assert not back[1].paused
+        assert not back[1].paused and probes_by_pid(pids)[pids[1]].summaries.get("where")
         assert _last_seq(back[1]) == _last_seq(back[0]) == start + 7  # aligned: torch's counter
         code, (report,) = _cli("hang", *group, "--min-wait", "0.5")
         assert code == 0 and report["paused_ranks"] == []

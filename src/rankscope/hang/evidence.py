@@ -37,6 +37,9 @@ def last_collectives() -> RecorderSnapshot:
 
 @register_summary("where")
 def where_headline() -> str | None:
-    """Where this process is, in one line (`load_batch data.py:41`), from its busiest thread."""
+    """Where this process is, in one line (`load_batch data.py:41`), from its busiest thread;
+    None at level off (no stack capture per heartbeat; `rankscope stacks` still asks)."""
+    if not _level.RECORDING:
+        return None
     thread = active_thread(capture_threads())
     return None if thread is None else headline(thread.frames)
