@@ -173,3 +173,15 @@ def test_a_hang_report_says_which_ranks_are_at_level_off():
     assert "rank 1 never entered #8, its last completed collective is #3 (its level is off" in (
         finding.message
     )
+
+
+def test_sample_every_from_the_environment_at_start():
+    import subprocess
+    import sys
+
+    code = "from rankscope import level; print(level.current().sample_every)"
+    env = {"RANKSCOPE_SAMPLE_EVERY": "4", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.stdout.strip() == "4", result.stderr
