@@ -26,7 +26,17 @@ os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="rs-bench-", dir="/t
 def _gloo_job(ray: Any, level: str, workers: int = 4) -> list[Any]:
     from rankscope.demo.train import DemoWorker
 
-    cls: Any = ray.remote(num_cpus=0)(DemoWorker).options(
+    class ProbedWorker(DemoWorker):
+        """The demo's rank with its probe: Ray takes `worker_process_setup_hook` from the job's
+        runtime_env only, not an actor's, so `rankscope.init` starts it (none at level off)."""
+
+        def __init__(self, rank: int, world_size: int, *args: Any) -> None:
+            import rankscope
+
+            super().__init__(rank, world_size, *args)
+            rankscope.init(rank=rank, world_size=world_size)
+
+    cls: Any = ray.remote(num_cpus=0)(ProbedWorker).options(
         runtime_env={"env_vars": {"RANKSCOPE_LEVEL": level, "OMP_NUM_THREADS": "1"}}
     )
     actors = [cls.remote(r, workers, "none", workers - 1, 10**9) for r in range(workers)]
