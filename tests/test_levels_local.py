@@ -185,3 +185,28 @@ def test_sample_every_from_the_environment_at_start():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
     )
     assert result.stdout.strip() == "4", result.stderr
+
+
+def test_level_full_traces_all_the_time_and_a_window_starts_with_what_came_before():
+    """`full` includes tracing: spans go to the level's own bounded ring, a `rankscope trace`
+    window's first chunk holds the spans from before it, and the ring records on after the
+    window; back at light, span recording stops."""
+    from rankscope.trace import handler, spans
+    from rankscope.trace.model import TraceOptions
+
+    assert spans.recording() is None  # light: a span is one lookup
+    level.set_level("full")
+    with rankscope.span("before the window"):
+        pass
+    first = handler.trace_command({"action": "start", "session": "full", "options": TraceOptions()})
+    assert [s[0] for s in first.spans] == ["before the window"]
+    with rankscope.span("inside"):
+        pass
+    last = handler.trace_command({"action": "stop", "session": "full"})
+    assert [s[0] for s in last.spans] == ["inside"]
+    with rankscope.span("after the window"):
+        pass
+    ring = spans.recording()
+    assert ring is not None and [s[0] for s in ring.spans] == ["after the window"]
+    level.set_level("light")
+    assert spans.recording() is None

@@ -78,7 +78,9 @@ def _start(session_id: str, options: TraceOptions) -> TraceChunk:
     busy = current is not None and current.stopped_ns is None and current.session != session_id
     if busy and current is not None and time.time() < current.expires:
         raise RuntimeError(f"already tracing for session {current.session}; try again later")
-    ring = spans.start_recording(options.capacity, options.steps)
+    ring = spans.full_level_ring()  # at level full: the spans from before the window too
+    if ring is None or options.steps is not None:
+        ring = spans.start_recording(options.capacity, options.steps)
     if options.torch_profiler_steps > 0:
         profiler.request(options.torch_profiler_steps)
     session = Session(

@@ -4,6 +4,11 @@ When tracing is off, the module global `_ring` is None and a span costs that one
 enter and on exit. When it is on, a span's exit appends one tuple to a bounded deque (the ring:
 the oldest are dropped and counted); the probe drains it from its own thread, so the training
 thread never waits. Step markers come from `rankscope.step()` through a step hook.
+
+At level `full` spans are recorded all the time, into a ring of the level's own
+(FULL_LEVEL_CAPACITY, the newest kept): a `rankscope trace` window then starts with the spans
+from before it, and the monitor sees a straggler's phases without a window. Below `full` that
+ring stops; a window's own ring records only while the window lasts.
 """
 
 from __future__ import annotations
@@ -16,14 +21,26 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from rankscope import level
 from rankscope.runtime.probe import progress, register_step_hook
 from rankscope.trace.model import SpanTuple, StepTuple
 
-__all__ = ["SpanRing", "record_span", "recording", "span", "start_recording", "stop_recording"]
+__all__ = [
+    "SpanRing",
+    "follow_level",
+    "full_level_ring",
+    "record_span",
+    "recording",
+    "span",
+    "start_recording",
+    "stop_recording",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_STEPS = 100_000
 """Step markers a ring keeps between drains."""
+FULL_LEVEL_CAPACITY = 100_000
+"""Spans the level `full` ring keeps (about 10 MB at most)."""
 _time_ns = time.time_ns
 _ident = threading.get_ident
 
@@ -63,6 +80,8 @@ def _drain(queue: collections.deque[Any]) -> list[Any]:
 
 _ring: SpanRing | None = None
 """None: tracing is off (the one lookup a span pays then)."""
+_full_ring: SpanRing | None = None
+"""The level `full` ring while the level is `full`; records whenever no window's ring does."""
 _lock = threading.Lock()
 
 
@@ -75,11 +94,37 @@ def start_recording(capacity: int, steps: int | None = None) -> SpanRing:
 
 
 def stop_recording() -> SpanRing | None:
-    """Turn it off; returns the ring (what it still holds is for the last drain)."""
+    """Turn it off (at level `full`, back to the level's ring); returns the ring that stopped
+    (what it still holds is for the last drain)."""
     global _ring
     with _lock:
-        ring, _ring = _ring, None
+        ring, _ring = _ring, _full_ring
         return ring
+
+
+def full_level_ring() -> SpanRing | None:
+    """The level `full` ring, while it records (None below `full` or during a window)."""
+    ring = _full_ring
+    return ring if ring is not None and _ring is ring else None
+
+
+@level.on_change
+def follow_level(value: str) -> None:
+    """At `full`, record into the level's ring whenever no window records; below, stop it."""
+    global _ring, _full_ring
+    with _lock:
+        if value == "full":
+            if _full_ring is None:
+                _full_ring = SpanRing(FULL_LEVEL_CAPACITY)
+            if _ring is None:
+                _ring = _full_ring
+        elif _full_ring is not None:
+            if _ring is _full_ring:
+                _ring = None
+            _full_ring = None
+
+
+follow_level(level.current().level)  # RANKSCOPE_LEVEL=full at start
 
 
 def recording() -> SpanRing | None:
