@@ -15,7 +15,7 @@ from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progr
 from rankscope.trace.analysis import split_collectives, summarize
 from rankscope.trace.chrome import assign_lanes, render_trace, sample_to_budget
 from rankscope.trace.model import RankTrace
-from rankscope.trace.tasks import attach_tasks, ray_task
+from rankscope.trace.tasks import attach_tasks, ray_task, untraced_workers
 
 T0 = 1_700_000_000.0
 MS = 1e-3
@@ -246,7 +246,7 @@ def test_ray_tasks_go_to_their_worker_with_scheduling_delay_idle_and_pending():
     assert tasks[1].pending_ns is not None and abs(tasks[1].pending_ns - 0.2e9) < 1e3
     end = round((T0 + 2) * 1e9)
     outside = attach_tasks(traces, tasks, (round(T0 * 1e9), end))
-    assert outside == 1
+    assert [t.name for t in outside] == ["elsewhere"]
     assert [t.name for t in traces[2].tasks] == ["child"]
     assert [t.name for t in traces[0].tasks] == ["train"]
     slices = split_collectives(traces, end)
@@ -268,6 +268,19 @@ def test_ray_tasks_go_to_their_worker_with_scheduling_delay_idle_and_pending():
     assert start["ph"] == "s" and (start["pid"], start["tid"]) == (train["pid"], train["tid"])
     assert train["ts"] <= start["ts"] <= train["ts"] + train["dur"]  # submitted inside "train"
     assert finish["ph"] == "f" and (finish["tid"], finish["ts"]) == (child["tid"], child["ts"])
+
+    # a task that ran in a worker with no probe gets a track of its worker, on its node
+    workers = untraced_workers(outside, "job", {"n-10.0.0.1": "10.0.0.1"}, (round(T0 * 1e9), end))
+    buf = io.StringIO()
+    render_trace(traces + workers, [*slices, []], buf.write)
+    doc = json.loads(buf.getvalue())
+    assert trace_problems(doc) == []
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+              if e["name"] == "thread_name"}  # fmt: skip
+    [elsewhere] = [e for e in doc["traceEvents"] if e["name"] == "elsewhere"]
+    assert tracks[(elsewhere["pid"], elsewhere["tid"])] == (
+        "pid 4242 (untraced worker) 10.0.0.1 · ray tasks"
+    )
 
 
 def test_durations_parse_with_units_and_bad_ones_say_how():

@@ -25,7 +25,7 @@ from rankscope.runtime.selection import filter_group, filter_ranks
 from rankscope.trace.analysis import merge_chunks, split_collectives, summarize, window_ns
 from rankscope.trace.chrome import DEFAULT_BUDGET, ExportStats, render_trace
 from rankscope.trace.model import RankTrace, RayTask, TraceChunk, TraceOptions, TraceSummary
-from rankscope.trace.tasks import attach_tasks, read_ray_tasks
+from rankscope.trace.tasks import attach_tasks, read_ray_tasks, untraced_workers
 
 __all__ = ["TraceSession", "record_trace", "write_trace_file"]
 
@@ -180,6 +180,7 @@ def write_trace_file(
     traces = session.traces()
     end = end_ns if end_ns is not None else time.time_ns()
     tasks: list[RayTask] | None = None
+    workers: list[RankTrace] = []
     notes: list[str] = []
     if session.options.ray_tasks and traces:
         tasks, note = read_ray_tasks(job_id)
@@ -191,9 +192,14 @@ def write_trace_file(
             start = min(window_ns(t, end)[0] for t in traces)
             outside = attach_tasks(traces, tasks or [], (start, end))
             if outside:
-                notes.append(f"{outside} Ray tasks ran in processes outside the trace")
+                workers = untraced_workers(outside, job_id, _node_ips(), (start, end))
+                notes.append(
+                    f"{len(outside)} Ray tasks ran in {len(workers)} processes without a probe: "
+                    "drawn on tracks of their own (`untraced worker`)"
+                )
     slices = split_collectives(traces, end)
-    stats = _write(path, traces, slices, budget, {"job_id": job_id, "session": session.session})
+    meta = {"job_id": job_id, "session": session.session}
+    stats = _write(path, traces + workers, slices + [[] for _ in workers], budget, meta)
     return summarize(
         job_id, traces, slices, end, path=os.path.abspath(path), bytes_written=stats.bytes,
         events=stats.events, dropped_events=stats.dropped, missing=session.missing(),
@@ -211,6 +217,16 @@ def _write(
         stats = render_trace(traces, slices, f.write, budget=budget, other=other)
     os.replace(temp, path)
     return stats
+
+
+def _node_ips() -> dict[str, str]:
+    """Ray's nodes' IPs by node id (the CLI has joined the cluster); empty when unreadable."""
+    try:
+        import ray
+
+        return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    except Exception:
+        return {}
 
 
 def _check_folder(path: str) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rankscope.context import RankContext
+from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 from rankscope.trace.model import RankTrace, RayTask
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "pending_too_long",
     "ray_task",
     "read_ray_tasks",
+    "untraced_workers",
 ]
 
 RUNNING = "RUNNING"
@@ -62,11 +65,13 @@ def ray_task(state: Any) -> RayTask | None:
     )
 
 
-def attach_tasks(traces: list[RankTrace], tasks: list[RayTask], window: tuple[int, int]) -> int:
-    """Give each trace the tasks its process ran within `window` (hub clock); returns how
-    many tasks of the window ran in processes outside the trace."""
+def attach_tasks(
+    traces: list[RankTrace], tasks: list[RayTask], window: tuple[int, int]
+) -> list[RayTask]:
+    """Give each trace the tasks its process ran within `window` (hub clock); returns the
+    window's tasks that ran in processes outside the traces (workers with no probe)."""
     by_process = {(t.status.context.node_id, t.status.context.pid): t for t in traces}
-    outside = 0
+    outside = []
     for task in tasks:
         if task.running_ns is None or task.running_ns > window[1]:
             continue
@@ -74,10 +79,35 @@ def attach_tasks(traces: list[RankTrace], tasks: list[RayTask], window: tuple[in
             continue
         trace = by_process.get((task.node_id, task.worker_pid or -1))
         if trace is None:
-            outside += 1
+            outside.append(task)
         else:
             trace.tasks.append(task)
     return outside
+
+
+def untraced_workers(
+    tasks: list[RayTask], job_id: str, node_ips: dict[str, str], window: tuple[int, int]
+) -> list[RankTrace]:
+    """A trace per worker process that ran some of `tasks` without a probe (no setup hook, no
+    `rankscope.init`), holding only its tasks: every task of the window gets a track, on its
+    node, named by its worker's pid."""
+    by_worker: dict[tuple[str, int], list[RayTask]] = {}
+    for task in tasks:
+        by_worker.setdefault((task.node_id, task.worker_pid or 0), []).append(task)
+    traces = []
+    for (node_id, pid), ran in sorted(by_worker.items()):
+        ip = node_ips.get(node_id, node_id[:8])
+        context = RankContext(
+            rank=None, local_rank=None, world_size=None, node_id=node_id, node_ip=ip,
+            hostname=ip, pid=pid, job_id=job_id, actor_id=None, actor_class="untraced worker",
+            task_id=None, rank_source="none",
+        )  # fmt: skip
+        info = ProbeInfo(f"ray-worker-{node_id[:8]}-{pid}", context, "", 0.0)
+        status = ProbeStatus(info, ProbeState.ALIVE, 0.0, 0.0, Progress(0, 0.0), 0, 0)
+        traces.append(
+            RankTrace(status=status, tasks=ran, started_ns=window[0], stopped_ns=window[1])
+        )
+    return traces
 
 
 def _ns(ms: Any) -> int | None:
