@@ -118,13 +118,17 @@ def test_a_real_gloo_process_reads_its_own_flight_recorder(tmp_path):
     """One real rank (world 1): torch's dump has the calls, with their seq and op."""
     script = textwrap.dedent(
         """
-        import json, torch, torch.distributed as dist
+        import json, time, torch, torch.distributed as dist
         from rankscope.hang.flight import read_flight_recorder
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
         for _ in range(3):
             dist.all_reduce(torch.ones(4))
         dist.broadcast(torch.ones(2), 0)
-        records, groups = read_flight_recorder()
+        for _ in range(100):  # gloo's work thread marks a call completed a moment later
+            records, groups = read_flight_recorder()
+            if all(r.state.value == "completed" for r in records):
+                break
+            time.sleep(0.05)
         print(json.dumps([[r.seq, r.op, r.tensors, r.state.value] for r in records]))
         dist.destroy_process_group()
         """
