@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class CallState(str, enum.Enum):
@@ -115,3 +117,21 @@ def error_text(exc: BaseException) -> str:
     head, sep, _ = text.partition(". ")
     text = head if sep else text.rstrip(".")
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
+
+
+@functools.lru_cache(maxsize=1024)
+def plain_shapes(shapes: tuple[Any, ...]) -> tuple[tuple[int, ...], ...]:
+    """torch.Size shapes as plain int tuples; cached: a job repeats a few shapes (a drain
+    freezes thousands of records, so each conversion counts)."""
+    return tuple(tuple(int(d) for d in s) for s in shapes)
+
+
+@functools.lru_cache(maxsize=256)
+def dtype_names(dtypes: tuple[Any, ...]) -> tuple[str, ...]:
+    """`torch.float32` as `float32`; cached like `plain_shapes`."""
+    return tuple(str(d).removeprefix("torch.") for d in dtypes)
+
+
+@functools.lru_cache(maxsize=1024)
+def caller_text(caller: tuple[str, int]) -> str:
+    return f"{caller[0]}:{caller[1]}"

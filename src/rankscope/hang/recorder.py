@@ -29,7 +29,15 @@ from types import ModuleType
 from typing import Any
 
 from rankscope import level as _level
-from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot, error_text
+from rankscope.hang.model import (
+    CallState,
+    CollectiveRecord,
+    RecorderSnapshot,
+    caller_text,
+    dtype_names,
+    error_text,
+    plain_shapes,
+)
 from rankscope.runtime.api import send_last_words
 
 COLLECTIVES = (
@@ -118,19 +126,10 @@ class _Entry:
             self.error = error_text(exc)
 
     def freeze(self) -> CollectiveRecord:
-        return CollectiveRecord(
-            group=self.group,
-            seq=self.seq,
-            op=self.op,
-            shapes=tuple(tuple(int(d) for d in s) for s in self.shapes),
-            dtypes=tuple(str(d).removeprefix("torch.") for d in self.dtypes),
-            start=self.start,
-            end=self.end,
-            state=self.state,
-            caller=f"{self.caller[0]}:{self.caller[1]}",
-            p2p=self.p2p,
-            error=self.error,
-        )
+        return CollectiveRecord(  # positional: a drain freezes thousands
+            self.group, self.seq, self.op, plain_shapes(self.shapes), dtype_names(self.dtypes),
+            self.start, self.end, self.state, caller_text(self.caller), self.p2p, self.error,
+        )  # fmt: skip
 
 
 class CollectiveRecorder:
