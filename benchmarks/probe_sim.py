@@ -153,12 +153,20 @@ def collective_records(rank: int, count: int, now: float) -> tuple[CollectiveRec
     return tuple(out)
 
 
-def recorder_snapshot(rank: int, world: int, count: int, now: float) -> RecorderSnapshot:
-    """As the recorder's `snapshot()`: its records, and the groups seen with ALL their ranks
-    (the default group of a data-parallel job holds every rank of the world)."""
+def groups(world: int) -> dict[str, tuple[int, ...]]:
+    """The groups a rank used with ALL their ranks (the default group of a data-parallel job
+    holds every rank of the world): what `hang.evidence.seen_groups` sends the hub once."""
+    return {"0": tuple(range(world))}
+
+
+def recorder_snapshot(
+    rank: int, world: int, count: int, now: float, with_groups: bool = True
+) -> RecorderSnapshot:
+    """As the recorder's `snapshot()`: its records, and the groups seen (not in a heartbeat's
+    summary: `with_groups=False`, as `hang.evidence.last_collectives`)."""
     return RecorderSnapshot(
         records=collective_records(rank, count, now),
-        groups={"0": tuple(range(world))},
+        groups=groups(world) if with_groups else {},
         dropped=max(0, 10_000 - RING_RECORDS),
         recording=True,
     )
@@ -169,15 +177,23 @@ def summaries(rank: int, world: int, now: float) -> dict[str, Any]:
     odd = rank % ODD_EVERY == ODD_EVERY - 1
     where = "next_batch data.py:41" if odd else "all_reduce <- train_step train.py:88"
     return {
-        "collectives": recorder_snapshot(rank, world, SUMMARY_RECORDS, now),
+        "collectives": recorder_snapshot(rank, world, SUMMARY_RECORDS, now, with_groups=False),
         "where": where,
     }
 
 
-def heartbeat_bytes(world: int) -> int:
-    """The pickled size of one heartbeat (a PollRequest) of a rank in a world of `world`."""
+def heartbeat_bytes(world: int, first: bool = False) -> int:
+    """The pickled size of one heartbeat (a PollRequest) of a rank in a world of `world`; the
+    `first` after registering also carries the groups' rank lists (`PollRequest.groups`)."""
     progress = Progress(step=1000, last_progress=time.time())
-    request = PollRequest("1234-abcdefabcdef", progress, (), 0, summaries(1, world, time.time()))
+    request = PollRequest(
+        "1234-abcdefabcdef",
+        progress,
+        (),
+        0,
+        summaries(1, world, time.time()),
+        groups(world) if first else None,
+    )
     return len(pickle.dumps(request))
 
 
@@ -223,6 +239,7 @@ class SimProbe:
         await asyncio.sleep(random.random() * s.interval)  # real probes start spread out
         await s.hub.register.remote(self.info(), self.progress())
         s.registered += 1
+        groups_sent = False  # as the real probe: the rank lists once after registering
         while not s.stopping:
             self.step += 1
             events: tuple[Event, ...] = ()
@@ -230,7 +247,12 @@ class SimProbe:
                 events = (Event("sim.tick", time.time(), {"rank": self.rank, "step": self.step}),)
             now = time.time()
             request = PollRequest(
-                self.probe_id, self.progress(), events, 0, summaries(self.rank, s.world, now)
+                self.probe_id,
+                self.progress(),
+                events,
+                0,
+                summaries(self.rank, s.world, now),
+                None if groups_sent else groups(s.world),
             )
             sent = time.time()
             try:
@@ -240,12 +262,15 @@ class SimProbe:
                 s.last_error = f"{type(exc).__name__}: {exc}"[:200]
                 await asyncio.sleep(s.interval)
                 await self._register_again()
+                groups_sent = False
                 continue
             done = time.time()
             s.beats.append((round(done, 4), round(done - sent, 4), len(reply.commands)))
             if not reply.known:
                 await self._register_again()
+                groups_sent = False
                 continue
+            groups_sent = True
             for command in reply.commands:
                 s.hub.reply.remote(self.answer(command), command.id)
                 s.answered += 1

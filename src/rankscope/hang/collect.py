@@ -56,6 +56,7 @@ def hang_report(
             where[probe_id] = "; ".join([where[probe_id], *lines])
     dead = [p for p in ranked if p.state == ProbeState.DEAD]
     deaths = find_deaths(dead) if dead else {}
+    known = client.groups(job_id) if ranked else {}  # summaries carry no rank lists
     evidence = []
     for p in ranked:
         pid = p.info.probe_id
@@ -66,7 +67,9 @@ def hang_report(
             RankEvidence(
                 rank=p.context.rank or 0,
                 records=merge_flight(snapshot.records, snapshot.flight),
-                groups=_with_flight_groups(snapshot),
+                groups=_with_known_groups(
+                    _with_flight_groups(snapshot), known.get(p.context.group or "", {})
+                ),
                 where=where.get(pid) or p.summaries.get("where"),
                 dead=p.state == ProbeState.DEAD,
                 death=deaths[pid].cause if pid in deaths else "",
@@ -85,6 +88,18 @@ def _with_flight_groups(snapshot: RecorderSnapshot) -> dict[str, tuple[int, ...]
     flight_only = {r.group for r in snapshot.flight if not r.p2p} - set(snapshot.groups)
     seen = {name: snapshot.flight_groups.get(name, ()) for name in sorted(flight_only)}
     return {**seen, **snapshot.groups}
+
+
+def _with_known_groups(
+    groups: dict[str, tuple[int, ...]], known: dict[str, tuple[int, ...]]
+) -> dict[str, tuple[int, ...]]:
+    """A rank's groups and the rank lists the hub keeps for its worker group (heartbeat
+    summaries carry none); a list the rank sent itself wins."""
+    out = dict(groups)
+    for name, ranks in known.items():
+        if ranks and not out.get(name):
+            out[name] = ranks
+    return out
 
 
 def _newest_per_rank(probes: list[ProbeStatus]) -> list[ProbeStatus]:

@@ -1,7 +1,8 @@
 """What each probe reports about its collectives and whereabouts, live and as last words.
 
 The `collectives` command returns the whole ring buffer; the heartbeat summaries carry the
-last few records (none while the level is off) and where the process is (its thread in a
+last few records (none while the level is off; the groups' rank lists go to the hub once, by
+`register_groups`) and where the process is (its thread in a
 collective or in user code, which need not be the main thread), so the hub still knows them
 after the process died.
 """
@@ -15,7 +16,7 @@ from rankscope import level as _level
 from rankscope.hang.flight import read_flight_recorder
 from rankscope.hang.model import RecorderSnapshot
 from rankscope.hang.recorder import collective_recorder
-from rankscope.runtime.probe import register_handler, register_summary
+from rankscope.runtime.probe import register_groups, register_handler, register_summary
 from rankscope.stacks.capture import capture_threads
 from rankscope.stacks.model import active_thread, headline
 
@@ -31,8 +32,17 @@ def _collectives_command(args: dict[str, Any]) -> RecorderSnapshot:
 
 @register_summary("collectives")
 def last_collectives() -> RecorderSnapshot:
-    """The last few records: small enough to send with every heartbeat (none at level off)."""
-    return collective_recorder().snapshot(last=SUMMARY_RECORDS if _level.RECORDING else 0)
+    """The last few records: small enough to send with every heartbeat (none at level off).
+    Without the groups' rank lists: the hub keeps those once per group (`seen_groups`)."""
+    snapshot = collective_recorder().snapshot(last=SUMMARY_RECORDS if _level.RECORDING else 0)
+    return dataclasses.replace(snapshot, groups={})
+
+
+@register_groups
+def seen_groups() -> dict[str, tuple[int, ...]]:
+    """The process groups this rank used (the same tuples each time), sent to the hub only
+    when they change."""
+    return collective_recorder().snapshot(last=0).groups
 
 
 @register_summary("where")

@@ -149,6 +149,12 @@ class HubClient:
     def probes(self, job_id: str | None = None) -> list[ProbeStatus]:
         return self._get(self.handle.list_probes.remote(job_id))
 
+    def groups(self, job_id: str) -> dict[str, dict[str, tuple[int, ...]]]:
+        """The job's process groups as its probes sent them, by worker group ("" when none):
+        name -> global ranks."""
+        found: dict[str, dict[str, tuple[int, ...]]] = self._get(self.handle.groups.remote(job_id))
+        return found
+
     def events(
         self, job_id: str, kinds: list[str] | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:

@@ -86,6 +86,8 @@ class Hub:
         if record is None:
             return PollReply(known=False)
         record.heard_from(request, time.time())
+        if request.groups:
+            self._registry.learn_groups(record, request.groups)
         for event in request.events:
             self._events.offer(record.info.context.job_id, record.info.probe_id, event)
         await record.mailbox.wait(wait_s)
@@ -102,6 +104,8 @@ class Hub:
         if record is None:
             return
         record.heard_from(request, time.time())
+        if request.groups:
+            self._registry.learn_groups(record, request.groups)
         for event in request.events:
             self._events.offer(record.info.context.job_id, record.info.probe_id, event)
 
@@ -165,6 +169,10 @@ class Hub:
 
     async def list_probes(self, job_id: str | None = None) -> list[ProbeStatus]:
         return [r.status() for r in self._registry.records(job_id)]
+
+    async def groups(self, job_id: str) -> dict[str, dict[str, tuple[int, ...]]]:
+        """The job's process groups by worker group: name -> ranks (`PollRequest.groups`)."""
+        return self._registry.groups(job_id)
 
     async def info(self) -> HubInfo:
         return HubInfo(

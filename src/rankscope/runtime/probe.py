@@ -47,6 +47,8 @@ _HANDLERS: dict[str, Handler] = {}
 _OFF_THREAD: set[str] = set()
 """Kinds whose handlers run on the worker thread, within `Config.handler_budget`."""
 _SUMMARIES: dict[str, Summary] = {}
+GroupSource = Callable[[], dict[str, tuple[int, ...]]]
+_GROUP_SOURCES: list[GroupSource] = []
 _STARTUPS: list[Startup] = []
 step_hooks: list[Callable[[], None]] = []
 """Called by every `rankscope.step()`; each must return at once when it has nothing to do."""
@@ -85,6 +87,14 @@ def register_summary(name: str) -> Callable[[Summary], Summary]:
         return fn
 
     return decorate
+
+
+def register_groups(fn: GroupSource) -> GroupSource:
+    """`fn()` names the process groups this process used (name -> global ranks). The probe
+    sends them once, and again only when they change; the hub keeps one rank list per group
+    (`HubClient.groups`), so summaries need not carry them. Called on the probe's thread."""
+    _GROUP_SOURCES.append(fn)
+    return fn
 
 
 def register_step_hook(fn: Callable[[], None]) -> Callable[[], None]:
@@ -213,6 +223,8 @@ class Probe:
         self._stop = threading.Event()
         self._hub: Any = None
         self._registered: RankContext | None = None
+        self._groups_sent: dict[str, tuple[int, ...]] | None = None
+        """The process groups the hub holds from us (None: none yet, e.g. after registering)."""
         self._create_time = _process_create_time()
         self.connected = threading.Event()
         self.clock = ClockOffset()
@@ -277,8 +289,9 @@ class Probe:
         if self._hub is None or _identity(context) != _identity(self._registered):
             self._register(context)
         events = self._take_events()
+        groups = self._changed_groups()
         request = PollRequest(
-            self.probe_id, progress.snapshot(), events, self._dropped_events, _summaries()
+            self.probe_id, progress.snapshot(), events, self._dropped_events, _summaries(), groups
         )
         wait_s = self.config.heartbeat_interval
         sent = time.time()
@@ -295,6 +308,8 @@ class Probe:
         if not reply.known:  # the hub restarted and forgot us
             self._registered = None
             return
+        if groups is not None:
+            self._groups_sent = groups
         for command in reply.commands:
             self._answer(command)
 
@@ -304,7 +319,8 @@ class Probe:
         try:
             if self._hub is None:
                 return
-            request = PollRequest(self.probe_id, progress.snapshot(), (), 0, _summaries())
+            groups = self._changed_groups()
+            request = PollRequest(self.probe_id, progress.snapshot(), (), 0, _summaries(), groups)
             self._hub.last_words.remote(request)
         except Exception:
             pass
@@ -324,7 +340,13 @@ class Probe:
         if hub_version != __version__ and self._registered is None:
             log.warning("rankscope %s probe talks to a %s hub", __version__, hub_version)
         self._registered = context
+        self._groups_sent = None  # a hub that (re)registers us may not have them
         self.connected.set()
+
+    def _changed_groups(self) -> dict[str, tuple[int, ...]] | None:
+        """The process groups when they differ from what the hub holds, else None."""
+        groups = _groups()
+        return None if groups is None or groups == self._groups_sent else groups
 
     def _answer(self, command: Command) -> None:
         self._hub.reply.remote(self.run_command(command), command.id)
@@ -379,6 +401,17 @@ def _summaries() -> dict[str, Any]:
             out[name] = fn()
         except Exception as exc:
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
+def _groups() -> dict[str, tuple[int, ...]] | None:
+    """Every source's process groups; None when one failed (send nothing this time)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for fn in _GROUP_SOURCES:
+        try:
+            out.update(fn())
+        except Exception:
+            return None
     return out
 
 

@@ -65,6 +65,11 @@ class PollRequest:
     summaries: dict[str, Any] = field(default_factory=dict)
     """Each feature's latest small summary (last collectives, main-thread stack, ...), kept by
     the hub so that what a process last reported survives its death."""
+    groups: dict[str, tuple[int, ...]] | None = None
+    """The process groups this process has used (name -> global ranks), sent only when they
+    changed since the hub last took them (and after every registration); None: unchanged. The
+    hub keeps them per job and worker group (`Hub.groups`), so no heartbeat carries rank lists
+    (4,096 ints each at 4,096 ranks)."""
 
 
 @dataclass(frozen=True)

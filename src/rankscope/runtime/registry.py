@@ -29,10 +29,12 @@ from rankscope.runtime.protocol import (
     Progress,
 )
 
-__all__ = ["MAX_DEAD_RECORDS", "ProbeRecord", "Registry"]
+__all__ = ["MAX_DEAD_RECORDS", "MAX_GROUPS", "ProbeRecord", "Registry"]
 
 MAX_DEAD_RECORDS = 10_000
 """Dead probes kept so a finished job can still be inspected; the oldest go first."""
+MAX_GROUPS = 1024
+"""Process groups kept per job and worker group; past it, new names are ignored."""
 
 
 @dataclass
@@ -87,6 +89,9 @@ class Registry:
     def __init__(self, mailbox_size: int) -> None:
         self._mailbox_size = mailbox_size
         self._jobs: dict[str, dict[str, ProbeRecord]] = {}
+        self._groups: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
+        """(job, worker group) -> process group name -> its global ranks, as probes sent them
+        (`PollRequest.groups`): one rank list per group, not one per heartbeat."""
 
     def register(self, info: ProbeInfo, progress: Progress, now: float) -> None:
         """Add a probe, or refresh it (alive again, same mailbox and counters) when known."""
@@ -120,6 +125,19 @@ class Registry:
             for r in self.records(job_id)
             if r.state != ProbeState.DEAD and (wanted is None or r.info.probe_id in wanted)
         ]
+
+    def learn_groups(self, record: ProbeRecord, groups: dict[str, tuple[int, ...]]) -> None:
+        """Keep the process groups a probe sent under its job and worker group (the newest
+        rank list of a name wins; at most MAX_GROUPS names)."""
+        ctx = record.info.context
+        known = self._groups.setdefault((ctx.job_id, ctx.group or ""), {})
+        for name, ranks in groups.items():
+            if name in known or len(known) < MAX_GROUPS:
+                known[name] = tuple(ranks)
+
+    def groups(self, job_id: str) -> dict[str, dict[str, tuple[int, ...]]]:
+        """The job's process groups by worker group ("" when none): name -> global ranks."""
+        return {g: dict(known) for (j, g), known in self._groups.items() if j == job_id}
 
     def job_ids(self) -> tuple[str, ...]:
         return tuple(self._jobs)
