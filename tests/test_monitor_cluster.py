@@ -5,7 +5,9 @@ its webhook) and a Prometheus scrape."""
 from __future__ import annotations
 
 import json
+import os
 import time
+import uuid
 
 import pytest
 import ray
@@ -118,6 +120,58 @@ def test_alerts_name_the_straggler_and_the_nan_rank_and_post_them(monitored, hoo
     assert f"alert [critical]: {nan['message']}" in status.stdout, status.stdout
     assert "alert [warning]: rank 2 computes" in status.stdout, status.stdout
     assert "alert: rank 2 computes" not in status.stdout  # not again as a heartbeat line
+
+
+class Stepper:
+    """A rank that steps on its own, with no collective (as rollout or reward workers do)."""
+
+    def __init__(self, rank: int, group: str) -> None:
+        rankscope.init(rank=rank, world_size=3, group=group)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def step_for(self, seconds: float) -> int:
+        steps, end = 0, time.time() + seconds
+        while time.time() < end:
+            time.sleep(0.05)
+            rankscope.step(loss=1.0)
+            steps += 1
+        return steps
+
+
+def test_a_rank_silent_while_its_group_steps_is_raised_without_anyone_asking(cluster, hook):
+    """The group's rank 0 judges the silent-rank rule from the heartbeats and POSTs it, before
+    any `rankscope alerts`; the command then lists it once, not again from its own reading."""
+    group = f"silent-{uuid.uuid4().hex[:6]}"
+    env = {"RANKSCOPE_ALERT_SILENT_AFTER_S": "3", "RANKSCOPE_ALERT_WEBHOOK": hook[0]}
+    actor = ray.remote(num_cpus=0)(Stepper).options(runtime_env={"env_vars": env})
+    ranks = [actor.remote(r, group) for r in range(3)]
+    pids = ray.get([r.pid.remote() for r in ranks], timeout=120)
+    try:
+        wait_registered(pids, ranked=True)
+        ray.get([r.step_for.remote(1.0) for r in ranks], timeout=60)
+        going = [r.step_for.remote(25.0) for r in ranks[:2]]  # rank 2 goes silent
+        deadline = time.time() + 25
+        while not any(b["rule"] == "silent_rank" and b["group"] == group for b in hook[1]):
+            assert time.time() < deadline, hook[1]
+            time.sleep(0.5)
+        posted = [b for b in hook[1] if b["rule"] == "silent_rank" and b["group"] == group]
+        assert [b["rank"] for b in posted] == [2], posted
+        assert posted[0]["message"].endswith("while ranks 0,1 continue"), posted
+        result = run_cli("alerts", "--address", cluster_address(), "--json")
+        assert result.returncode == 1, result.stderr
+        listed = [
+            a
+            for j in json.loads(result.stdout)["data"]
+            for a in j["alerts"]
+            if a["rule"] == "silent_rank" and a["group"] == group
+        ]
+        assert [a["rank"] for a in listed] == [2], listed
+        ray.get(going, timeout=60)
+    finally:
+        for r in ranks:
+            ray.kill(r)
 
 
 def test_prometheus_scrape_has_the_metrics_with_the_rank_label(monitored):

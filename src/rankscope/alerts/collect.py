@@ -49,7 +49,12 @@ def job_alerts(
     now = time.time() if now is None else now
     events = client.events(job_id, ["alert"], EVENT_LIMIT)
     found = alerts_from_events(events, now, settings.active_for_s, job_id)
-    found += silent_ranks(silence_rows(probes), now, settings.silent_after_s, job_id)
+    raised = {(a.group, a.rank) for a in found if a.rule == "silent_rank" and a.active}
+    found += [  # the group's judge (its rank 0's probe) may have raised them already
+        a
+        for a in silent_ranks(silence_rows(probes), now, settings.silent_after_s, job_id)
+        if (a.group, a.rank) not in raised
+    ]
     found.sort(key=lambda a: -a.time)
     return found
 

@@ -2,10 +2,11 @@
 
 Every rank raises its own findings (the first non-finite, loss spikes, divergence) from its
 heartbeat summary (`raise_local`); the group's rank 0 also judges its group every few seconds
-(`judge_group`: one hub call for the group's heartbeat summaries, then stragglers and loss
-disagreement, which one rank cannot see alone). Both go through `alerts.rules.publish`: an
-`alert` event in the run directory (so `rankscope alerts` and `rankscope status` list them)
-and a POST to the configured webhook. Runs on the probe thread; never raises.
+(`judge_group`: one hub call for the group's heartbeat summaries, then stragglers, loss
+disagreement and the alerts feature's silent-rank rule, which one rank cannot see alone). Both
+go through `alerts.rules.publish`: an `alert` event in the run directory (so `rankscope alerts`
+and `rankscope status` list them) and a POST to the configured webhook. Runs on the probe
+thread; never raises.
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ _gates: dict[str, AlertGate] = {}
 _hub: Any = None
 
 
+def _settings() -> AlertSettings:
+    try:
+        return AlertSettings.from_env()
+    except Exception:  # a bad RANKSCOPE_ALERT_* value: the alerts feature reports it
+        return AlertSettings()
+
+
 def _gate(name: str) -> AlertGate:
     gate = _gates.get(name)
     if gate is None:
-        try:
-            cooldown = AlertSettings.from_env().cooldown_s
-        except Exception:  # a bad RANKSCOPE_ALERT_* value: the alerts feature reports it
-            cooldown = AlertSettings().cooldown_s
-        gate = _gates[name] = AlertGate(cooldown)
+        gate = _gates[name] = AlertGate(_settings().cooldown_s)
     return gate
 
 
@@ -80,5 +84,19 @@ def judge_group(thresholds: Thresholds | None = None) -> None:
         group = ctx.group or ""
         mine = [p for p in probes if (p.context.group or "") == group]
         _raise(_gate("group"), group_findings(inputs_of(mine), thresholds or Thresholds()))
+        _raise_silent(mine, ctx.job_id or "")
     except Exception:
         pass
+
+
+def _raise_silent(probes: Sequence[Any], job_id: str) -> None:
+    """Ranks of the group with no step and no log while the others go on: raised here, so the
+    run directory and the webhook hear of them while nobody runs `rankscope alerts`."""
+    from rankscope.alerts.analysis import silent_ranks
+    from rankscope.alerts.collect import silence_rows
+
+    now = time.time()
+    silent = silent_ranks(silence_rows(list(probes)), now, _settings().silent_after_s, job_id)
+    new, resolved = _gate("silence").update(silent, now)
+    if new or resolved:
+        publish(new, resolved)
