@@ -62,6 +62,8 @@ class SizeResult:
     errors: int = 0
     ring: int = 0
     """Collective records per `collectives` reply (what `hang` moves per rank)."""
+    interval_s: float = 0.0
+    """The heartbeat interval the hub asked of the probes (`runtime.capacity`)."""
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -190,7 +192,7 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
                 sim.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 sim.kill()
-    beats, late = 0, []
+    beats, late, asked = 0, [], 0.0
     for i in range(len(sims)):
         try:
             with open(os.path.join(out_dir, f"sim{i}.json"), encoding="utf-8") as f:
@@ -198,16 +200,19 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
         except (OSError, ValueError):
             continue
         res.errors += stats["errors"]
+        asked = max(asked, stats.get("asked_interval", 0.0))
         for done, lateness, _commands in stats["beats"]:
             if t0 <= done <= t1:
                 beats += 1
                 late.append(lateness)
     res.beats_per_s = beats / (t1 - t0)
+    res.interval_s = asked or 1.0
     res.hub_cpu_us_per_beat = 1e6 * (c1 - c0) / max(1, beats)
     res.late_p50_ms = 1000 * _percentile(late, 0.5)
     res.late_p99_ms = 1000 * _percentile(late, 0.99)
     print(
-        f"  heartbeats: {res.beats_per_s:.0f}/s ({n} probes at 1 s), hub "
+        f"  heartbeats: {res.beats_per_s:.0f}/s ({n} probes, the hub asked every "
+        f"{res.interval_s:g} s), hub "
         f"{res.hub_cpu_us_per_beat:.0f} us CPU each, {res.hub_cpu_share:.2f} cores; "
         f"{res.mem_kib_per_probe:.1f} KiB/probe; "
         f"late p50/p99 {res.late_p50_ms:.0f}/{res.late_p99_ms:.0f} ms; {res.heartbeat_bytes} B",
@@ -277,7 +282,10 @@ def main() -> int:
 
     ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     address = ray.get_runtime_context().gcs_address
-    print(f"hub capacity, probe simulator, heartbeat 1 s, {os.cpu_count()} cores on this machine")
+    print(
+        f"hub capacity, probe simulator, heartbeat 1 s (or what the hub asks), "
+        f"{os.cpu_count()} cores on this machine"
+    )
     bare = _bare_actor_us(ray)
     print(f"stock: a bare async actor, same heartbeat payload: {bare:.0f} us CPU per call")
     results = []
@@ -285,8 +293,8 @@ def main() -> int:
         print(f"\n{n} probes:", flush=True)
         results.append(measure(ray, address, n, args))
     print(
-        "\nprobes  beats/s  hub us/beat  x bare  hub cores  KiB/probe  beat B  late p50/p99 ms"
-        "  status p50/p99 s  stacks p50/p99 s  hang p50/p99 s"
+        "\nprobes  every s  beats/s  hub us/beat  x bare  hub cores  KiB/probe  beat B"
+        "  late p50/p99 ms  status p50/p99 s  stacks p50/p99 s  hang p50/p99 s"
     )
     for r in results:
         cmd = " ".join(
@@ -295,7 +303,8 @@ def main() -> int:
             if c in r.commands
         )
         print(
-            f"{r.probes:6d}  {r.beats_per_s:7.0f}  {r.hub_cpu_us_per_beat:11.0f}  "
+            f"{r.probes:6d}  {r.interval_s:7g}  {r.beats_per_s:7.0f}  "
+            f"{r.hub_cpu_us_per_beat:11.0f}  "
             f"{r.hub_cpu_us_per_beat / bare:6.2f}  {r.hub_cpu_share:9.2f}  "
             f"{r.mem_kib_per_probe:9.1f}  {r.heartbeat_bytes:6d}  "
             f"{r.late_p50_ms:6.0f}/{r.late_p99_ms:<6.0f}  {cmd}"

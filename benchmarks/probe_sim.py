@@ -16,8 +16,10 @@ simulators (`--start-rank`) make one job of up to thousands of ranks.
 Run: python benchmarks/probe_sim.py --address HOST:PORT --job sim --probes 1024 \\
         --start-rank 0 --world 4096 --duration 60 --out stats.json
 It prints `registered N` once every probe is registered, and writes its statistics (each
-heartbeat's completion time and its lateness beyond the long poll's wait, commands answered) to
-`--out` when it ends.
+heartbeat's completion time and its lateness beyond the long poll's wait, commands answered, the
+longest heartbeat interval the hub asked for) to `--out` when it ends. As the real probe, each
+simulated probe sends its groups' rank lists once after registering (`PollRequest.groups`) and
+waits in each poll as long as the hub's last reply asked (`PollReply.interval`).
 """
 
 from __future__ import annotations
@@ -240,6 +242,7 @@ class SimProbe:
         await s.hub.register.remote(self.info(), self.progress())
         s.registered += 1
         groups_sent = False  # as the real probe: the rank lists once after registering
+        wait = s.interval  # as the real probe: the interval the hub's last reply asked for
         while not s.stopping:
             self.step += 1
             events: tuple[Event, ...] = ()
@@ -256,7 +259,7 @@ class SimProbe:
             )
             sent = time.time()
             try:
-                reply = await s.hub.poll.remote(request, s.interval)
+                reply = await s.hub.poll.remote(request, wait)
             except Exception as exc:  # the hub restarted or is gone: back off, register again
                 s.errors += 1
                 s.last_error = f"{type(exc).__name__}: {exc}"[:200]
@@ -265,7 +268,11 @@ class SimProbe:
                 groups_sent = False
                 continue
             done = time.time()
-            s.beats.append((round(done, 4), round(done - sent, 4), len(reply.commands)))
+            late = max(0.0, done - sent - wait)  # past the long poll's wait
+            s.beats.append((round(done, 4), round(late, 4), len(reply.commands)))
+            if reply.interval:
+                wait = reply.interval
+                s.asked = max(s.asked, wait)
             if not reply.known:
                 await self._register_again()
                 groups_sent = False
@@ -321,6 +328,8 @@ class Simulator:
         self.stopping = False
         self.beats: list[tuple[float, float, int]] = []
         """(completion time, seconds past the long poll's wait, commands) per heartbeat."""
+        self.asked = 0.0
+        """The longest heartbeat interval the hub asked for (`PollReply.interval`)."""
 
     async def run(self, duration: float) -> None:
         import signal
@@ -349,7 +358,8 @@ class Simulator:
             "errors": self.errors,
             "last_error": self.last_error,
             "interval": self.interval,
-            "beats": [(t, max(0.0, round(d - self.interval, 4)), c) for t, d, c in self.beats],
+            "asked_interval": self.asked,
+            "beats": self.beats,
         }
 
 

@@ -1,5 +1,6 @@
 """The hub's load at scale (issue 20), without Ray: process groups' rank lists go to the hub
-once per group, never with every heartbeat."""
+once per group, never with every heartbeat; the hub asks for a longer heartbeat interval when
+many probes would take more than half a core, and waits longer for them before a check."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ from rankscope.hang import evidence
 from rankscope.hang.collect import _with_known_groups
 from rankscope.hang.recorder import collective_recorder
 from rankscope.runtime import probe as probe_module
+from rankscope.runtime.capacity import (
+    HEARTBEAT_CORE_SHARE,
+    HUB_CPU_PER_HEARTBEAT_S,
+    MAX_HEARTBEAT_S,
+    dead_after_for,
+    heartbeat_interval,
+)
 from rankscope.runtime.protocol import PollRequest, ProbeInfo, Progress
 from rankscope.runtime.registry import MAX_GROUPS, Registry
 
@@ -88,3 +96,42 @@ def test_hang_takes_the_rank_lists_the_hub_keeps_for_a_silent_rank():
     own = {"0": (0, 1, 2), "flight": ()}
     assert _with_known_groups(own, known) == {"0": (0, 1, 2), "flight": (), "tp": (0, 1)}
     assert _with_known_groups({"tp": ()}, known)["tp"] == (0, 1)  # known beats "unknown"
+
+
+def test_the_heartbeat_interval_grows_with_the_probes_so_the_hub_load_stays_bounded():
+    assert heartbeat_interval(0, 1.0) == 1.0
+    assert heartbeat_interval(300, 1.0) == 1.0  # a few hundred probes: nothing changes
+    assert heartbeat_interval(8, 0.25) == 0.25  # the test suite's cluster
+    for n in (334, 1024, 4096, 10_000):
+        asked = heartbeat_interval(n, 1.0)
+        assert n * HUB_CPU_PER_HEARTBEAT_S / asked <= HEARTBEAT_CORE_SHARE  # under half a core
+        assert asked < n * HUB_CPU_PER_HEARTBEAT_S / HEARTBEAT_CORE_SHARE + 0.25  # no longer
+    assert heartbeat_interval(4096, 1.0) == 12.5  # 4,096 / 333 s, up to a quarter second
+    assert heartbeat_interval(4096, 20.0) == 20.0  # never below the configured interval
+    assert heartbeat_interval(10**6, 1.0) == MAX_HEARTBEAT_S
+    asked = [heartbeat_interval(n, 1.0) for n in range(0, 20_000, 97)]
+    assert asked == sorted(asked)  # more probes never ask for more heartbeats
+    # the liveness deadline in proportion to the interval asked for
+    assert dead_after_for(1.0, 1.0, 5.0) == 5.0
+    assert dead_after_for(0.0, 1.0, 5.0) == 5.0  # not asked anything yet: the configured one
+    assert dead_after_for(12.5, 1.0, 5.0) == 62.5
+
+
+def test_a_probe_asked_for_a_long_interval_is_not_silent_within_it():
+    registry = Registry(mailbox_size=4)
+    registry.register(_info(0), Progress(0, T0), T0)
+    registry.register(_info(1), Progress(0, T0), T0)
+    slow = registry.find("job-p0")
+    assert slow is not None
+    slow.interval = 12.5  # parked in a 12.5 s long poll
+    assert registry.live_count() == 2
+    checked = registry.to_check(T0 + 20, dead_after=5.0, interval=1.0)
+    assert [r.info.probe_id for r in checked] == ["job-p1"]  # 20 s silent, told 1 s: checked
+    assert registry.to_check(T0 + 63, dead_after=5.0, interval=1.0) == [slow]  # past 62.5 s
+
+
+def test_a_probe_takes_the_interval_the_hub_asks_within_bounds():
+    assert probe_module._interval(12.5, 1.0) == 12.5
+    assert probe_module._interval(0.1, 0.25) == 0.25  # never below the configured one
+    assert probe_module._interval(1e9, 1.0) == MAX_HEARTBEAT_S
+

@@ -25,6 +25,7 @@ import ray
 
 from rankscope._version import __version__
 from rankscope.config import HUB_NAME, Config, hub_namespace
+from rankscope.runtime.capacity import dead_after_for, heartbeat_interval
 from rankscope.runtime.coordination import Claims, Exchanges
 from rankscope.runtime.liveness import NODE_SWEEP_S, dead_nodes, process_still_exists
 from rankscope.runtime.mailbox import PendingReplies
@@ -66,6 +67,9 @@ class Hub:
         self._claims = Claims()
         self._background: list[asyncio.Future[None]] = []
         self._checks: set[asyncio.Future[None]] = set()
+        self._interval = config.heartbeat_interval
+        """The heartbeat interval asked of every probe now (`capacity.heartbeat_interval` of the
+        live probes, recomputed by the reaper)."""
 
     # ----------------------------------------------------------------- probes
     async def register(self, info: ProbeInfo, progress: Progress) -> str:
@@ -93,8 +97,13 @@ class Hub:
         await record.mailbox.wait(wait_s)
         commands = record.mailbox.take()
         record.last_seen = time.time()
+        record.interval = self._interval  # its next poll waits so long: not silence
         return PollReply(
-            known=True, commands=commands, hub_received=received, hub_replied=time.time()
+            known=True,
+            commands=commands,
+            hub_received=received,
+            hub_replied=time.time(),
+            interval=self._interval,
         )
 
     async def last_words(self, request: PollRequest) -> None:
@@ -197,11 +206,14 @@ class Hub:
 
     async def _reap_forever(self) -> None:
         """Turn silence into a state: dead when the process is gone, else unresponsive."""
+        configured = self._config.heartbeat_interval
         while True:
-            await asyncio.sleep(min(self._config.heartbeat_interval, 1.0))
-            for record in self._registry.to_check(time.time(), self._config.dead_after):
+            await asyncio.sleep(min(configured, 1.0))
+            now = time.time()
+            for record in self._registry.to_check(now, self._config.dead_after, configured):
                 self._checks.add(asyncio.ensure_future(self._classify_silent(record)))
             self._registry.forget_oldest_dead()
+            self._interval = heartbeat_interval(self._registry.live_count(), configured)
 
     async def _watch_nodes_forever(self) -> None:
         """Ray's verdict on nodes: probes on a node Ray declared dead are dead ("node gone"),
@@ -227,7 +239,9 @@ class Hub:
         finally:
             record.checking = False
             self._checks = {c for c in self._checks if not c.done()}
-        record.settle(exists, time.time(), self._config.dead_after)
+        config = self._config
+        dead_after = dead_after_for(record.interval, config.heartbeat_interval, config.dead_after)
+        record.settle(exists, time.time(), dead_after)
 
 
 HubActor = ray.remote(Hub)

@@ -223,6 +223,9 @@ class Probe:
         self._stop = threading.Event()
         self._hub: Any = None
         self._registered: RankContext | None = None
+        self.interval = config.heartbeat_interval
+        """The heartbeat interval (long-poll wait) the hub last asked for, never below the
+        configured one (`runtime.capacity`: it grows with the number of probes)."""
         self._groups_sent: dict[str, tuple[int, ...]] | None = None
         """The process groups the hub holds from us (None: none yet, e.g. after registering)."""
         self._create_time = _process_create_time()
@@ -293,7 +296,7 @@ class Probe:
         request = PollRequest(
             self.probe_id, progress.snapshot(), events, self._dropped_events, _summaries(), groups
         )
-        wait_s = self.config.heartbeat_interval
+        wait_s = self.interval
         sent = time.time()
         try:
             reply = ray.get(
@@ -305,6 +308,8 @@ class Probe:
             raise
         if reply.hub_received is not None and reply.hub_replied is not None:
             self.clock.add(sent, reply.hub_received, reply.hub_replied, time.time())
+        if reply.interval is not None:
+            self.interval = _interval(reply.interval, self.config.heartbeat_interval)
         if not reply.known:  # the hub restarted and forgot us
             self._registered = None
             return
@@ -402,6 +407,13 @@ def _summaries() -> dict[str, Any]:
         except Exception as exc:
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
+
+
+def _interval(asked: float, configured: float) -> float:
+    """The hub's interval, within [configured, MAX_HEARTBEAT_S]."""
+    from rankscope.runtime.capacity import MAX_HEARTBEAT_S
+
+    return max(configured, min(float(asked), MAX_HEARTBEAT_S))
 
 
 def _groups() -> dict[str, tuple[int, ...]] | None:

@@ -90,6 +90,9 @@ class PollReply:
     """The hub's `time.time()` when the poll arrived, and when it answered (`hub_replied`): with
     the probe's send and receive times, one clock-offset sample (`runtime.clock`)."""
     hub_replied: float | None = None
+    interval: float | None = None
+    """The heartbeat interval (long-poll wait) the hub asks for, longer than the configured
+    one when many probes heartbeat (`runtime.capacity`); None: the configured one."""
 
 
 @dataclass(frozen=True)

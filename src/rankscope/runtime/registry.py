@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankscope.runtime.capacity import dead_after_for
 from rankscope.runtime.mailbox import Mailbox
 from rankscope.runtime.protocol import (
     PollRequest,
@@ -53,6 +54,8 @@ class ProbeRecord:
     """A liveness check of this probe's process is under way; no second one is started."""
     reason: str = ""
     """Set once its node is declared dead ("node gone: ..."): dead for good, heartbeats or not."""
+    interval: float = 0.0
+    """The heartbeat interval the hub last asked of it (`capacity`); 0: the configured one."""
 
     def heard_from(self, request: PollRequest, now: float) -> None:
         """A heartbeat: the probe is alive (unless its node is gone), and this is its latest
@@ -142,18 +145,24 @@ class Registry:
     def job_ids(self) -> tuple[str, ...]:
         return tuple(self._jobs)
 
-    def to_check(self, now: float, dead_after: float) -> list[ProbeRecord]:
-        """Probes silent for over `dead_after`, not dead and not being checked yet.
+    def to_check(self, now: float, dead_after: float, interval: float = 0.0) -> list[ProbeRecord]:
+        """Probes silent for over `dead_after`, not dead and not being checked yet; for a probe
+        asked to heartbeat slower than the configured `interval`, `dead_after` in proportion.
 
         Each one returned is marked as being checked; the caller clears `checking` when done.
         """
         found = []
         for record in self.records(None):
-            silent = now - record.last_seen > dead_after
+            limit = dead_after_for(record.interval, interval, dead_after)
+            silent = now - record.last_seen > limit
             if silent and record.state != ProbeState.DEAD and not record.checking:
                 record.checking = True
                 found.append(record)
         return found
+
+    def live_count(self) -> int:
+        """Probes not dead: the ones that heartbeat."""
+        return sum(1 for r in self.records(None) if r.state != ProbeState.DEAD)
 
     def live_node_ids(self) -> set[str]:
         """The nodes of the probes not dead yet: the ones a node sweep has to look at."""
