@@ -174,6 +174,15 @@ def test_trace_shows_each_actor_call_once_as_a_ray_task_with_its_worker(seen):
     }
 
 
+def test_detailed_tracing_shows_each_remote_task_once_on_its_node_and_worker(seen):
+    """Plain tasks on two nodes, in workers with no probe: each on a track of its worker."""
+    ran, tasks = seen["traced_tasks"]["ran"], seen["traced_tasks"]["tasks"]
+    drawn = {t["args"]["task_id"]: (t["args"]["worker_pid"], t["args"]["node_id"]) for t in tasks}
+    assert len(drawn) == len(tasks), tasks  # each once
+    assert {task_id: (pid, node) for task_id, pid, node in ran}.items() <= drawn.items(), drawn
+    assert len({node for _, _, node in ran}) == 2
+
+
 # --- the script ----------------------------------------------------------------------------
 
 
@@ -316,6 +325,7 @@ def main(out: Path) -> None:
         seen["doctor_rc"] = done.returncode
         seen["doctor"] = json.loads(done.stdout)["data"] if done.stdout.strip() else done.stderr
         seen["trace"] = _trace_ray_tasks(out.parent / "trace.json")
+        seen["traced_tasks"] = _traced_remote_tasks(out.parent / "tasks.json", [big, one])
 
         bad = _cli("plan", "2", "--prefer", "tpu_pod")
         seen["unknown_type"] = [bad.returncode, bad.stderr]
@@ -372,6 +382,36 @@ def _trace_ray_tasks(trace_file: Path) -> dict:
     tasks = [e for e in events if e.get("ph") == "X" and "task_id" in e.get("args", {})]
     return {"rc": done.returncode, "stderr": done.stderr[-2000:], "pid": pid,
             "node_id": node_id, "tasks": tasks}  # fmt: skip
+
+
+def _traced_remote_tasks(trace_file: Path, nodes: list) -> dict:
+    """`enable_detailed_tracing()` around `ray.get` of plain remote tasks on two nodes, whose
+    workers have no probe: each task once, on its node and worker."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    import rankscope
+
+    @ray.remote(num_cpus=0)
+    def hop(i: int) -> tuple[str, int, str]:
+        time.sleep(0.2)
+        context = ray.get_runtime_context()
+        return context.get_task_id(), os.getpid(), context.get_node_id()
+
+    with rankscope.enable_detailed_tracing(path=str(trace_file)):
+        ran = ray.get(
+            [
+                hop.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % 2].node_id, False)
+                ).remote(i)
+                for i in range(6)
+            ],
+            timeout=120,
+        )
+        time.sleep(1.5)  # Ray flushes task events every second
+    events = json.loads(trace_file.read_text())["traceEvents"] if trace_file.exists() else []
+    tasks = [e for e in events if e.get("ph") == "X" and "task_id" in e.get("args", {})]
+    return {"ran": ran, "tasks": tasks}
 
 
 if __name__ == "__main__":
