@@ -135,3 +135,25 @@ def test_a_probe_takes_the_interval_the_hub_asks_within_bounds():
     assert probe_module._interval(0.1, 0.25) == 0.25  # never below the configured one
     assert probe_module._interval(1e9, 1.0) == MAX_HEARTBEAT_S
 
+
+def test_a_registry_read_carries_only_the_summaries_asked_for_and_the_dead_keep_theirs():
+    registry = Registry(mailbox_size=4)
+    said = {"monitor": {"step_s": 0.1}, "collectives": "16 records", "where": "train.py:88"}
+    for rank in range(3):
+        registry.register(_info(rank), Progress(0, T0), T0)
+        record = registry.find(f"job-p{rank}")
+        assert record is not None
+        record.heard_from(PollRequest(record.info.probe_id, Progress(5, T0), (), 0, said), T0)
+    dead = registry.find("job-p2")
+    assert dead is not None
+    dead.settle(process_exists=False, now=T0 + 60, dead_after=5.0)
+    rows = {r.info.probe_id: r.status(["monitor"]) for r in registry.records("job")}
+    assert rows["job-p0"].summaries == {"monitor": {"step_s": 0.1}}
+    assert rows["job-p2"].summaries == said  # its last words explain its death
+    assert {r.info.probe_id: r.status([]).summaries for r in registry.records("job")} == {
+        "job-p0": {},
+        "job-p1": {},
+        "job-p2": said,
+    }
+    assert registry.find("job-p1").status().summaries == said  # type: ignore[union-attr]
+    assert rows["job-p0"].progress.step == 5  # the row itself is whole

@@ -131,12 +131,15 @@ class HubClient:
                 )
         return client
 
-    def jobs(self, job_id: str | None = None) -> dict[str, list[ProbeStatus]]:
-        """The registered processes of the jobs a command is about (see `select_jobs`).
+    def jobs(
+        self, job_id: str | None = None, summaries: list[str] | None = None
+    ) -> dict[str, list[ProbeStatus]]:
+        """The registered processes of the jobs a command is about (see `select_jobs`); live
+        ones with only the `summaries` named (all when None; dead ones keep all).
 
         Raises when there are none, or when a live probe runs another rankscope version.
         """
-        jobs = select_jobs(self.probes(), job_id)
+        jobs = select_jobs(self.probes(summaries=summaries), job_id)
         if not jobs:
             raise UserError(
                 "the rankscope hub has no registered processes yet: is the job running, and "
@@ -146,8 +149,11 @@ class HubClient:
             check_probe_versions(probes)
         return jobs
 
-    def probes(self, job_id: str | None = None) -> list[ProbeStatus]:
-        return self._get(self.handle.list_probes.remote(job_id))
+    def probes(
+        self, job_id: str | None = None, summaries: list[str] | None = None
+    ) -> list[ProbeStatus]:
+        """The registry's rows; live probes with only the `summaries` named (all when None)."""
+        return self._get(self.handle.list_probes.remote(job_id, summaries))
 
     def groups(self, job_id: str) -> dict[str, dict[str, tuple[int, ...]]]:
         """The job's process groups as its probes sent them, by worker group ("" when none):

@@ -176,8 +176,12 @@ class Hub:
         """The job's JSON reports in the run directory (see `run_dir.read_reports`)."""
         return await asyncio.to_thread(read_reports, self._run_dir, job_id)
 
-    async def list_probes(self, job_id: str | None = None) -> list[ProbeStatus]:
-        return [r.status() for r in self._registry.records(job_id)]
+    async def list_probes(
+        self, job_id: str | None = None, summaries: list[str] | None = None
+    ) -> list[ProbeStatus]:
+        """The registry's rows; a live probe's with only the `summaries` named (all when None):
+        at 4,096 ranks every summary is megabytes a reader that shows none need not get."""
+        return [r.status(summaries) for r in self._registry.records(job_id)]
 
     async def groups(self, job_id: str) -> dict[str, dict[str, tuple[int, ...]]]:
         """The job's process groups by worker group: name -> ranks (`PollRequest.groups`)."""

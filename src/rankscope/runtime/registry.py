@@ -17,6 +17,7 @@ decides, so the rules read (and can be tested) without a cluster.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +73,12 @@ class ProbeRecord:
         if now - self.last_seen > dead_after and not self.reason:
             self.state = ProbeState.UNRESPONSIVE if process_exists else ProbeState.DEAD
 
-    def status(self) -> ProbeStatus:
+    def status(self, summaries: Collection[str] | None = None) -> ProbeStatus:
+        """Its row; with only the `summaries` named (all when None). A dead probe keeps all:
+        its last words explain its death."""
+        kept = self.summaries
+        if summaries is not None and self.state != ProbeState.DEAD:
+            kept = {k: kept[k] for k in summaries if k in kept}
         return ProbeStatus(
             info=self.info,
             state=self.state,
@@ -81,7 +87,7 @@ class ProbeRecord:
             progress=self.progress,
             dropped_events=self.dropped_events,
             dropped_commands=self.mailbox.dropped,
-            summaries=self.summaries,
+            summaries=kept,
             reason=self.reason,
         )
 

@@ -31,11 +31,11 @@ def status(
     from rankscope.cli.output import to_json
     from rankscope.monitor.collect import alert_lines
     from rankscope.runtime.client import HubClient
-    from rankscope.status.collect import any_lost, job_statuses
+    from rankscope.status.collect import STATUS_SUMMARIES, any_lost, job_statuses
     from rankscope.status.render import render_status
 
     client = HubClient.attach(address)
-    jobs = job_statuses(address, job, group, client=client)
+    jobs = job_statuses(address, job, group, client=client, summaries=STATUS_SUMMARIES)
     active = {
         j.job_id: [a for a in job_alerts(client, j.job_id, list(j.processes)) if a.active]
         for j in jobs

@@ -10,7 +10,13 @@ from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 from rankscope.runtime.selection import by_group, filter_group
 
-__all__ = ["JobStatus", "any_lost", "job_statuses"]
+__all__ = ["STATUS_SUMMARIES", "JobStatus", "any_lost", "job_statuses"]
+
+STATUS_SUMMARIES = ["monitor", "logs"]
+"""The heartbeat summaries `status` reads of a live process: the monitor's alert lines and the
+silence rule (the last log record). Not `collectives` (the bulk of a heartbeat, 16 records): a
+straggler by last arrivals alone reaches `status` as the alert its group's judge raised, which
+reads them."""
 
 
 @dataclass(frozen=True)
@@ -30,17 +36,21 @@ def job_statuses(
     group: str | None = None,
     *,
     client: HubClient | None = None,
+    summaries: list[str] | None = None,
 ) -> list[JobStatus]:
     """Every selected job's registry; Ray's GCS and the node explain each death.
 
     `client`: a hub client the caller attached already (else one is attached at `address`).
+    `summaries`: the heartbeat summaries a live process's row keeps (all when None; `status`
+    reads STATUS_SUMMARIES); a dead one keeps all, its last words.
     A process on a node Ray declared dead has the hub's "node gone: ..." first in its cause
     (`hang.death.find_deaths`).
     """
     from rankscope.hang.death import find_deaths
 
     client = client or HubClient.attach(address)
-    jobs = {j: filter_group(probes, group) for j, probes in client.jobs(job).items()}
+    found = client.jobs(job, summaries)
+    jobs = {j: filter_group(probes, group) for j, probes in found.items()}
     dead = [p for probes in jobs.values() for p in probes if p.state == ProbeState.DEAD]
     deaths = find_deaths(dead) if dead else {}
     return [
