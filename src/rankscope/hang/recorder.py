@@ -36,6 +36,7 @@ from rankscope.hang.model import (
     caller_text,
     dtype_names,
     error_text,
+    new_record,
     plain_shapes,
 )
 from rankscope.runtime.api import send_last_words
@@ -126,7 +127,7 @@ class _Entry:
             self.error = error_text(exc)
 
     def freeze(self) -> CollectiveRecord:
-        return CollectiveRecord(  # positional: a drain freezes thousands
+        return new_record(  # a drain freezes thousands: see new_record
             self.group, self.seq, self.op, plain_shapes(self.shapes), dtype_names(self.dtypes),
             self.start, self.end, self.state, caller_text(self.caller), self.p2p, self.error,
         )  # fmt: skip
