@@ -36,6 +36,7 @@ from typing import Any
 
 from rankscope._version import __version__
 from rankscope.context import RankContext
+from rankscope.hang.evidence import INLINE_RANKS
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
 from rankscope.runtime.protocol import (
     Command,
@@ -299,7 +300,10 @@ class SimProbe:
         if command.kind == "collectives":
             ring, world = self.sim.ring, self.sim.world
             return self._cached(
-                "collectives", lambda: recorder_snapshot(self.rank, world, ring, time.time())
+                "collectives",  # as hang.evidence: rank lists inline only for small groups
+                lambda: recorder_snapshot(
+                    self.rank, world, ring, time.time(), with_groups=world <= INLINE_RANKS
+                ),
             )
         return CommandResult(self.probe_id, False, error=f"unknown command {command.kind}")
 

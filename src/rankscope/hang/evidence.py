@@ -21,13 +21,18 @@ from rankscope.stacks.capture import capture_threads
 from rankscope.stacks.model import active_thread, headline
 
 SUMMARY_RECORDS = 16
+INLINE_RANKS = 256
+"""A group's rank list rides along with the `collectives` reply up to this many ranks; a
+bigger group's comes from the hub, which has it once (`seen_groups`): at 4,096 ranks the lists
+were 16 KB of every rank's reply, 64 MB through the hub for one `rankscope hang`."""
 
 
 @register_handler("collectives")
 def _collectives_command(args: dict[str, Any]) -> RecorderSnapshot:
     snapshot = collective_recorder().snapshot()
     flight, flight_groups = read_flight_recorder()
-    return dataclasses.replace(snapshot, flight=flight, flight_groups=flight_groups)
+    groups = {name: ranks for name, ranks in snapshot.groups.items() if len(ranks) <= INLINE_RANKS}
+    return dataclasses.replace(snapshot, groups=groups, flight=flight, flight_groups=flight_groups)
 
 
 @register_summary("collectives")
