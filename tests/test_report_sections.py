@@ -7,23 +7,21 @@ import json
 import re
 
 from rankscope.cli.output import to_json
-from rankscope.context import RankContext
 from rankscope.doctor.analysis import compare_environments
 from rankscope.doctor.collect import JobEnvironment
 from rankscope.doctor.model import EnvironmentFacts, ProcessFacts
 from rankscope.doctor.preflight.model import Check, ClusterFacts, PreflightReport, Status
-from rankscope.hang.model import CallState, CollectiveRecord
 from rankscope.monitor.model import RankSeries, StepSample
 from rankscope.report.analysis import build_report
 from rankscope.report.collect import collect_run
 from rankscope.report.model import RunData
 from rankscope.report.render import render_html
 from rankscope.report.trends import monitor_data
-from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 from rankscope.serialize import plain
 from rankscope.trace.analysis import split_collectives
 from rankscope.trace.chrome import render_trace
-from rankscope.trace.model import RankTrace
+from test_trace_analysis import T0 as TRACE_T0
+from test_trace_analysis import synthetic_job
 
 T0 = 1_800_000_000.0
 
@@ -33,51 +31,17 @@ def _text(page: str) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", page).split())
 
 
-def _rank_trace(rank: int, steps: int = 20, slow_rank: int = 2) -> RankTrace:
-    """100 ms of `forward` a step (150 ms on `slow_rank`), then an all_reduce that ends 2 ms
-    after the last rank arrives; a step marker after it."""
-    ctx = RankContext(
-        rank=rank, local_rank=rank, world_size=4, node_id="n1", node_ip="10.0.0.1",
-        hostname="host", pid=1000 + rank, job_id="01000000", actor_id=None,
-        actor_class="Worker", task_id=None, rank_source="env", group="g",
-    )  # fmt: skip
-    status = ProbeStatus(ProbeInfo(f"p{rank}", ctx, "0", 0.0), ProbeState.ALIVE, T0, T0,
-                         Progress(0, T0), 0, 0)  # fmt: skip
-    trace = RankTrace(status, started_ns=int(T0 * 1e9), stopped_ns=int((T0 + 4) * 1e9))
-    t = T0
-    for step in range(steps):
-        arrive = t + (0.15 if rank == slow_rank else 0.1)
-        end = t + 0.152
-        trace.spans.append(("forward", round(t * 1e9), round(arrive * 1e9), 1, None))
-        trace.collectives.append(
-            CollectiveRecord(
-                "0",
-                step + 1,
-                "all_reduce",
-                ((4,),),
-                ("float32",),
-                arrive,
-                end,
-                CallState.COMPLETED,
-                "train.py:10",
-            )
-        )
-        trace.steps.append((round(end * 1e9), step + 1, 1))
-        t = end
-    return trace
-
-
 def test_the_traces_split_each_ranks_step_and_name_the_straggler(tmp_path):
     job_dir = tmp_path / "runs" / "job1"
     job_dir.mkdir(parents=True)
-    traces = [_rank_trace(r) for r in range(4)]
-    slices = split_collectives(traces, int((T0 + 10) * 1e9))
+    traces = synthetic_job(steps=20, slow_rank=2, extra_s=0.05)
+    slices = split_collectives(traces, int((TRACE_T0 + 10) * 1e9))
     with open(job_dir / "trace-20261203-140000.json", "w") as f:
         render_trace(traces, slices, f.write)  # as enable_detailed_tracing() leaves it
     (job_dir / "trace-20261203-150000.json").write_text('{"traceEvents": [')  # cut short
 
     data = collect_run(str(job_dir), None, None)
-    page = render_html(build_report(data, T0 + 60))
+    page = render_html(build_report(data, TRACE_T0 + 60))
     text = _text(page)
     assert 'id="section-trace"' in page
     # rank 0: 100 ms forward, 50 ms waiting for rank 2, 2 ms transfer, per step
