@@ -114,6 +114,9 @@ def test_trace_names_the_slow_rank_and_writes_one_aligned_trace(cluster, tmp_pat
     assert result.returncode == 1, result.stdout + result.stderr
     data = json.loads(result.stdout)["data"]
     assert [s["rank"] for s in data["stragglers"] if s["is_straggler"]] == [2]
+    # a copy in the job's run directory, where `rankscope report` reads traces
+    (kept,) = [n for n in data["notes"] if n.startswith("also kept in the run directory: ")]
+    assert json.loads(pathlib.Path(kept.split(": ", 1)[1]).read_text())["traceEvents"]
     rows = {r["rank"]: r for r in data["ranks"]}
     assert all(rows[r]["wait_share"] > rows[2]["wait_share"] + 0.2 for r in (0, 1, 3))
     assert all(rows[r]["steps"] > 20 for r in range(4))

@@ -8,6 +8,7 @@ merges the chunks, applies each rank's clock offset and writes one trace-event J
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import threading
@@ -263,4 +264,24 @@ def record_trace(
     if not session.chunks:
         reasons = "; ".join(session.missing()) or "no answer"
         raise UserError(f"no process of job {job_id} recorded anything: {reasons}")
-    return write_trace_file(session, job_id, out, budget=budget)
+    summary = write_trace_file(session, job_id, out, budget=budget)
+    saved = _into_run_dir(client, job_id, out)
+    return dataclasses.replace(summary, notes=(*summary.notes, saved)) if saved else summary
+
+
+RUN_DIR_COPY_BYTES = 64 << 20
+"""Traces up to this size are also kept in the job's run directory (what `rankscope report`
+reads); larger ones, and gzipped ones, stay only where `-o` put them."""
+
+
+def _into_run_dir(client: HubClient, job_id: str, path: str) -> str:
+    """A copy of the trace beside the job's other reports, through the hub; a note, or ""."""
+    try:
+        if path.endswith(".gz") or os.path.getsize(path) > RUN_DIR_COPY_BYTES:
+            return ""
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        name = f"trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        return f"also kept in the run directory: {client.write_artifact(job_id, name, text)}"
+    except Exception as exc:  # the trace the user asked for is written; the copy is extra
+        return f"not copied into the run directory: {type(exc).__name__}: {exc}"
