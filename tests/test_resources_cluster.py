@@ -177,10 +177,15 @@ def test_trace_shows_each_actor_call_once_as_a_ray_task_with_its_worker(seen):
 def test_detailed_tracing_shows_each_remote_task_once_on_its_node_and_worker(seen):
     """Plain tasks on two nodes, in workers with no probe: each on a track of its worker."""
     ran, tasks = seen["traced_tasks"]["ran"], seen["traced_tasks"]["tasks"]
+    submits, arrows = seen["traced_tasks"]["submits"], seen["traced_tasks"]["arrows"]
     drawn = {t["args"]["task_id"]: (t["args"]["worker_pid"], t["args"]["node_id"]) for t in tasks}
     assert len(drawn) == len(tasks), tasks  # each once
     assert {task_id: (pid, node) for task_id, pid, node in ran}.items() <= drawn.items(), drawn
     assert len({node for _, _, node in ran}) == 2
+    # the driver's submissions, each with an arrow to the task's run
+    assert sorted(e["args"]["task_id"] for e in submits) == sorted(t for t, _, _ in ran)
+    from_driver = {(e["pid"], e["tid"]) for e in submits}
+    assert sum((a["pid"], a["tid"]) in from_driver for a in arrows) == len(ran), arrows
 
 
 # --- the script ----------------------------------------------------------------------------
@@ -410,8 +415,10 @@ def _traced_remote_tasks(trace_file: Path, nodes: list) -> dict:
         )
         time.sleep(1.5)  # Ray flushes task events every second
     events = json.loads(trace_file.read_text())["traceEvents"] if trace_file.exists() else []
-    tasks = [e for e in events if e.get("ph") == "X" and "task_id" in e.get("args", {})]
-    return {"ran": ran, "tasks": tasks}
+    tasks = [e for e in events if e.get("ph") == "X" and "worker_pid" in e.get("args", {})]
+    submits = [e for e in events if e.get("ph") == "X" and e["name"] == "submit hop"]
+    arrows = [e for e in events if e.get("ph") == "s" and e.get("cat") == "ray"]
+    return {"ran": ran, "tasks": tasks, "submits": submits, "arrows": arrows}
 
 
 if __name__ == "__main__":

@@ -302,3 +302,21 @@ def test_bad_output_folder_fails_before_recording():
     result = CliRunner().invoke(cli.app, ["trace", "-o", "/nonexistent/t.json", "--ranks", "0"])
     assert result.exit_code == 2
     assert "folder /nonexistent does not exist" in result.output
+
+
+def test_a_drivers_submit_span_gets_an_arrow_to_the_task_it_submitted():
+    traces = synthetic_job(steps=4, extra_s=0.0)
+    at = round((T0 + 0.05) * 1e9)
+    traces[0].spans.append(("submit eval", at, at + 100_000, 7, {"task_id": "t-eval"}))
+    tasks = [ray_task(task_state("eval", 1001, T0 + 0.05, T0 + 0.3, T0 + 0.6))]
+    attach_tasks(traces, [t for t in tasks if t is not None], (round(T0 * 1e9), at * 2))
+    buf = io.StringIO()
+    render_trace(traces, split_collectives(traces, round((T0 + 2) * 1e9)), buf.write)
+    doc = json.loads(buf.getvalue())
+    assert trace_problems(doc) == []
+    [submit] = [e for e in doc["traceEvents"] if e["name"] == "submit eval"]
+    [run] = [e for e in doc["traceEvents"] if e["name"] == "eval"]
+    start, finish = (e for e in doc["traceEvents"] if e.get("cat") == "ray")
+    assert (start["pid"], start["tid"]) == (submit["pid"], submit["tid"])  # from the driver
+    assert submit["ts"] <= start["ts"] <= submit["ts"] + submit["dur"]
+    assert (finish["pid"], finish["tid"], finish["ts"]) == (run["pid"], run["tid"], run["ts"])

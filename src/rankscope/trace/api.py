@@ -2,8 +2,10 @@
 
 A context manager (or a plain switch: call it, later `.stop()`). Inside it every process of the
 job with a probe records spans, step markers, collectives and memory; the driver records its
-own spans and its `ray.get` / `ray.wait` waits. On exit the trace is written (to `path`, else
-the run directory through the hub, else the temp folder) and its path returned.
+own spans, its `ray.get` / `ray.wait` waits and its task submissions (`submit NAME` spans that
+carry the task's id, so the trace draws an arrow from each to the task's run). On exit the
+trace is written (to `path`, else the run directory through the hub, else the temp folder) and
+its path returned.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rankscope.trace import handler
 from rankscope.trace.chrome import DEFAULT_BUDGET
 from rankscope.trace.collect import TraceSession, hub_asker, write_trace_file
 from rankscope.trace.model import TraceOptions, TraceSummary
-from rankscope.trace.spans import span
+from rankscope.trace.spans import record_span, span
 
 __all__ = ["enable_detailed_tracing"]
 
@@ -136,9 +138,11 @@ class enable_detailed_tracing:  # a class used like a function: `with ...():`
         return replace(summary, path=path)
 
     def _patch_ray(self) -> None:
-        """The driver's `ray.get` and `ray.wait` as spans while tracing."""
+        """The driver's `ray.get` and `ray.wait` as spans, and its submissions, while tracing."""
         try:
             import ray
+            from ray.actor import ActorMethod
+            from ray.remote_function import RemoteFunction
         except ImportError:
             return
         for name in ("get", "wait"):
@@ -147,17 +151,38 @@ class enable_detailed_tracing:  # a class used like a function: `with ...():`
                 continue
             wrapped = span(f"ray.{name}")(original)
             wrapped.__rankscope__ = True
-            self._restore[name] = original
+            self._restore[name] = (ray, name, original)
             setattr(ray, name, wrapped)
+        for owner, label in ((RemoteFunction, "_function_name"), (ActorMethod, "_method_name")):
+            original = owner._remote
+            if not getattr(original, "__rankscope__", False):
+                self._restore[owner.__name__] = (owner, "_remote", original)
+                owner._remote = _submitting(original, label)  # type: ignore[method-assign]
 
     def _unpatch_ray(self) -> None:
-        import sys
-
-        ray = sys.modules.get("ray")
-        for name, original in self._restore.items():
-            if ray is not None:
-                setattr(ray, name, original)
+        for owner, name, original in self._restore.values():
+            setattr(owner, name, original)
         self._restore.clear()
+
+
+def _submitting(original: Any, label: str) -> Any:
+    """`RemoteFunction._remote` / `ActorMethod._remote` that records a `submit NAME` span with
+    the new task's id (the first returned ref's); the submission itself is untouched."""
+
+    def submit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.time_ns()
+        refs = original(self, *args, **kwargs)
+        try:
+            first = refs[0] if isinstance(refs, list) and refs else refs
+            task_id = first.task_id().hex()
+            name = str(getattr(self, label, "task")).rsplit(".", 1)[-1]
+            record_span(f"submit {name}", start, {"task_id": task_id})
+        except Exception:  # no ref (num_returns=0), a generator: no arrow, never an error
+            pass
+        return refs
+
+    submit.__rankscope__ = True  # type: ignore[attr-defined]
+    return submit
 
 
 def _local_status(probe_id: str) -> ProbeStatus:

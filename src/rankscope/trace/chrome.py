@@ -106,6 +106,8 @@ class _Writer:
         self._names: dict[str, str] = {}
         self.task_tracks: dict[str, tuple[int, int, int, int]] = {}
         """Task id -> (pid, tid, running, end) of its slice, for flow arrows."""
+        self.submits: dict[str, tuple[int, int, int, int]] = {}
+        """Task id -> (pid, tid, start, end) of the `submit NAME` span that submitted it."""
         self._tid = 0
 
     def name(self, text: str) -> str:
@@ -187,6 +189,8 @@ def _rank_events(w: _Writer, pid: int, trace: RankTrace, slices: list[Collective
             args = _args(attrs) if attrs else ""
             text = f'{prefix}{(start - base) / 1000:.3f},"dur":{(end - start) / 1000:.3f}{args}}}'
             out.append((name, text))
+            if attrs and "task_id" in attrs and name.startswith("submit "):
+                w.submits[str(attrs["task_id"])] = (pid, track_of(ident, lane), start, end)
     for ts, step, _ in sorted(trace.steps):
         at = (ts + offset - w.base) / 1000
         mark = f'{{"ph":"i","s":"t","name":"step {step}","pid":{pid},"tid":{main_tid}'
@@ -260,15 +264,16 @@ def _task_events(w: _Writer, pid: int, trace: RankTrace) -> None:
 
 
 def _flows(w: _Writer, traces: list[RankTrace]) -> None:
-    """An arrow from each traced task's submission, inside its parent's slice, to its run."""
+    """An arrow from each traced task's submission to its run: from the driver's `submit NAME`
+    span that carries its id, else from inside its parent task's slice."""
     flow = 0
     for trace in traces:
         for task in trace.tasks:
-            parent = w.task_tracks.get(task.parent_task_id)
             child = w.task_tracks.get(task.task_id)
-            if parent is None or child is None or task.running_ns is None:
+            origin = w.submits.get(task.task_id) or w.task_tracks.get(task.parent_task_id)
+            if origin is None or child is None or task.running_ns is None:
                 continue
-            ppid, ptid, pstart, pend = parent
+            ppid, ptid, pstart, pend = origin
             at = min(max(task.submitted_ns, pstart), pend)
             flow += 1
             common = f'"cat":"ray","name":"submit","id":{flow}'
