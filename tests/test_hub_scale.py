@@ -80,12 +80,12 @@ def test_the_collectives_summary_carries_no_rank_list_and_the_group_source_does(
     recorder = collective_recorder()
     recorder._groups[-1] = ("0", WORLD, None, False)
     try:
-        assert evidence.seen_groups() == {"0": WORLD}
+        assert evidence.seen_groups()["0"] == WORLD  # (earlier tests' groups may be there too)
         summary = evidence.last_collectives()
         assert summary.groups == {}
         beat = PollRequest("p", Progress(1, T0), (), 0, {"collectives": summary})
         assert len(pickle.dumps(beat)) < 4096  # the heartbeat budget, whatever the world
-        assert recorder.snapshot().groups == {"0": WORLD}  # the `collectives` command keeps them
+        assert recorder.snapshot().groups["0"] == WORLD  # the recorder itself keeps them
     finally:
         del recorder._groups[-1]
 
