@@ -84,7 +84,11 @@ def test_live_off_stops_recording_on_one_rank_and_light_resumes_it(cluster, tmp_
         assert code == 0 and [(r["rank"], r["state"]["level"]) for r in rows] == [(1, "light")]
         ray.get([a.reduce_steps.remote(2) for a in actors], timeout=60)
         back = wait_until(
-            lambda: (s := _summaries(pids)) and s[1] and _last_seq(s[1]) >= start + 7 and s,
+            lambda: (
+                (s := _summaries(pids))
+                and all(x and _last_seq(x) >= start + 7 for x in s)  # both ranks' next heartbeats
+                and s
+            ),
             what="rank 1 recording again",
         )
         assert not back[1].paused and probes_by_pid(pids)[pids[1]].summaries.get("where")
