@@ -11,11 +11,11 @@ job yet) or no dashboard is a skipped check with its reason, never a failure of 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rankscope.doctor.collect import JobEnvironment, job_environments
 from rankscope.doctor.preflight.model import Check, Status
-from rankscope.errors import NoHubError, UserError
+from rankscope.errors import NoHubError
 from rankscope.memory.by_gpu import JobGpus, collect_by_gpu
 from rankscope.resources.collect import pending_report
 from rankscope.resources.model import PendingReport, Verdict
@@ -31,28 +31,25 @@ PENDING = "work Ray cannot place"
 def live_checks(address: str | None, dashboard_error: str | None) -> list[Check]:
     """The checks of a live cluster; each skipped, with why, when its source is absent
     (`dashboard_error`: the state API is not asked when the dashboard is known not to answer)."""
-    try:
-        versions = job_versions_check(job_environments(address, None))
-    except NoHubError:
-        versions = Check(VERSIONS, Status.SKIP, "no live job: no probe has started rankscope's hub")
-    except Exception as exc:
-        versions = Check(VERSIONS, Status.SKIP, f"not read: {_first_line(exc)}")
-    try:
-        gpus = gpu_sharing_check(collect_by_gpu(address, None))
-    except NoHubError:
-        gpus = Check(GPUS, Status.SKIP, "no live job: no probe has started rankscope's hub")
-    except Exception as exc:  # the doctor's other checks stand without this one
-        gpus = Check(GPUS, Status.SKIP, f"not read: {_first_line(exc)}")
+    checks = [
+        _guarded(VERSIONS, lambda: job_versions_check(job_environments(address, None))),
+        _guarded(GPUS, lambda: gpu_sharing_check(collect_by_gpu(address, None))),
+    ]
     if dashboard_error is not None:
         no_dashboard = f"not read: no dashboard ({dashboard_error})"
-        return [versions, gpus, Check(PENDING, Status.SKIP, no_dashboard)]
+        return [*checks, Check(PENDING, Status.SKIP, no_dashboard)]
+    return [*checks, _guarded(PENDING, lambda: pending_check(pending_report(address)))]
+
+
+def _guarded(name: str, check: Callable[[], Check]) -> Check:
+    """`check()`, or the check skipped with why: no hub (no live job), or its source failed
+    (the doctor's other checks stand without it)."""
     try:
-        pending = pending_check(pending_report(address))
-    except UserError as exc:  # no dashboard: the state API does not answer
-        pending = Check(PENDING, Status.SKIP, f"not read: {_first_line(exc)}")
+        return check()
+    except NoHubError:
+        return Check(name, Status.SKIP, "no live job: no probe has started rankscope's hub")
     except Exception as exc:
-        pending = Check(PENDING, Status.SKIP, f"not read: {_first_line(exc)}")
-    return [versions, gpus, pending]
+        return Check(name, Status.SKIP, f"not read: {_first_line(exc)}")
 
 
 def job_versions_check(jobs: Sequence[JobEnvironment]) -> Check:
