@@ -61,7 +61,7 @@ EXPECTED = {
         "--json",
     },
     "alerts": {"--address", "--job", "--json"},
-    "level": {"--address", "--job", "--group", "--ranks", "--for", "--json"},
+    "level": {"--address", "--job", "--group", "--ranks", "--sample-every", "--for", "--json"},
     "trace": {
         "--address",
         "--job",

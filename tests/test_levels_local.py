@@ -62,6 +62,34 @@ def test_probe_command_switches_and_reports():
         answer_level({"level": "loud"})
 
 
+def test_a_live_sample_every_switch_goes_back_with_the_level():
+    """`rankscope level full --sample-every 10 --for 0.3s` through the probe's command: both
+    switch, both come back; a second timed switch meanwhile keeps the original to return to."""
+    rankscope.configure(sample_every=2)
+    state = answer_level({"level": "full", "sample_every": 10, "for_s": 0.3})
+    assert (state.level, state.sample_every) == ("full", 10)
+    assert (state.back_to, state.back_sample_every) == ("light", 2)
+    state = answer_level({"level": None, "sample_every": 5, "for_s": 0.3})
+    assert (state.level, state.sample_every, state.back_sample_every) == ("full", 5, 2)
+    wait_until(lambda: level.current().level == "light", timeout=5, what="the switch back")
+    assert level.current().sample_every == 2 and level.current().back_sample_every is None
+    assert answer_level({"sample_every": 7}).sample_every == 7  # no LEVEL: the level stays
+    assert level.current().level == "light"
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "1.5", "ten"])
+def test_bad_sample_every_is_one_line_exit_2(bad):
+    """Checked before the CLI looks for a hub (CliRunner, no cluster needed)."""
+    from typer.testing import CliRunner
+
+    import rankscope.cli.main as cli
+
+    result = CliRunner().invoke(cli.app, ["level", "full", "--sample-every", bad])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "--sample-every" in lines[0] and "whole number" in lines[0], lines
+
+
 def test_sampling_runs_full_features_on_every_nth_step():
     rankscope.configure(sample_every=3)
     assert not level.full_at(3)  # light: never
@@ -100,6 +128,30 @@ def test_sampling_gates_debug_decorator_capture_and_memory_by_step():
     assert [a["args"]["index"] for a in attrs if "args" in a] == expected
     assert [a["args"]["index"] for a in attrs if "rss_delta_bytes" in a] == expected
     assert "args" not in attrs[-1] and "rss_delta_bytes" not in attrs[-1]
+
+
+def test_breakpoints_stop_only_on_sampled_steps():
+    """At `full` with `sample_every=3` a breakpoint (condition true, a real pdb session that
+    times out at once) stops on steps 0, 3, 6 of 7 only; its condition is not evaluated on the
+    others; at light never."""
+    from rankscope.runtime.probe import progress
+
+    stopped: list[int] = []
+
+    def condition() -> bool:
+        stopped.append(progress.step - first)
+        return True
+
+    rankscope.configure(sample_every=3)
+    level.set_level("full")
+    first = progress.step
+    offset = (-first) % 3  # the first sampled step, counted from `first`
+    for _ in range(7):
+        rankscope.conditional_breakpoint(condition, name="sampled", timeout=0.01)
+        rankscope.step()
+    level.set_level("light")
+    rankscope.conditional_breakpoint(condition, timeout=0.01)
+    assert stopped == list(range(offset, 7, 3))
 
 
 def test_live_off_pauses_the_collective_recorder_and_its_summary(tmp_path):

@@ -97,10 +97,13 @@ def test_error_burst_and_memory_alerts_name_the_rank_and_reach_the_webhook(ranks
 
 def test_level_full_on_one_rank_for_a_few_seconds(ranks):
     actors, job = ranks
-    switched = _cli(job, "level", "full", "--ranks", "1", "--for", "4s", "--json")
+    switched = _cli(
+        job, "level", "full", "--ranks", "1", "--sample-every", "5", "--for", "4s", "--json"
+    )
     assert switched.returncode == 0, switched.stderr
     (row,) = json.loads(switched.stdout)["data"]
     assert (row["rank"], row["state"]["level"], row["state"]["back_to"]) == (1, "full", "light")
+    assert (row["state"]["sample_every"], row["state"]["back_sample_every"]) == (5, 1)
     levels = ray.get([a.debug_capture.remote("first") for a in actors])
     ray.get([a.decorated_failure.remote(f"tag-{i}") for i, a in enumerate(actors)])
     assert levels == ["light", "full", "light", "light"]
@@ -125,12 +128,11 @@ def test_level_full_on_one_rank_for_a_few_seconds(ranks):
         what="rank 1 back to light after --for",
     )
     shown = _cli(job, "level", "--json")
-    assert {r["rank"]: r["state"]["level"] for r in json.loads(shown.stdout)["data"]} == {
-        0: "light",
-        1: "light",
-        2: "light",
-        3: "light",
+    levels_now = {
+        r["rank"]: (r["state"]["level"], r["state"]["sample_every"])
+        for r in json.loads(shown.stdout)["data"]
     }
+    assert levels_now == {r: ("light", 1) for r in range(4)}  # --for restored both
 
 
 def test_logs_follow_prints_a_line_logged_after_it_started(ranks):
@@ -177,7 +179,12 @@ def test_a_sigkilled_ranks_last_line_is_in_the_logs(ranks):
 
 def test_bad_input_is_one_line_exit_2(ranks):
     _actors, job = ranks
-    for args in (("level", "loud"), ("logs", "--grep", "("), ("logs", "--since", "soon")):
+    for args in (
+        ("level", "loud"),
+        ("level", "full", "--sample-every", "0"),
+        ("logs", "--grep", "("),
+        ("logs", "--since", "soon"),
+    ):
         result = _cli(job, *args)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "error:" in result.stderr

@@ -5,8 +5,9 @@ stays, so the rank can be switched back), `light` (the default: probe, recorder,
 summaries) and `full` (also tracing, `debug_decorator` argument capture, breakpoints, memory
 tracking). Set at start by RANKSCOPE_LEVEL (RANKSCOPE_DEBUG=1 is a shorthand for `full`), for
 the process by `enable_full_debugging()` / `enable_lightweight_monitoring()`, live by
-`rankscope level full --ranks 3 [--for 10m]` through the probe. Full-level features read
-`full_at(step)`, which also applies `configure(sample_every=N)` (RANKSCOPE_SAMPLE_EVERY).
+`rankscope level full --ranks 3 [--sample-every 10] [--for 10m]` through the probe. Full-level
+features read `full_at(step)`, which also applies `configure(sample_every=N)`
+(RANKSCOPE_SAMPLE_EVERY, or `--sample-every` live).
 
 Reading the level is one module attribute (`level.FULL`), cheap enough for every call of a hot
 function. No feature is imported here.
@@ -19,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rankscope.errors import UserError
 
@@ -35,6 +36,7 @@ __all__ = [
     "level_from_env",
     "on_change",
     "parse_level",
+    "parse_sample_every",
     "recording",
     "set_level",
 ]
@@ -61,13 +63,17 @@ def level_from_env(environ: Mapping[str, str] = os.environ) -> str:
     return "light"
 
 
+def parse_sample_every(raw: str, *, what: str = "--sample-every") -> int:
+    """`" 10"` -> 10; zero, negative, fractional or non-numeric text is a `UserError`."""
+    value = raw.strip()
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"{what} {raw!r} must be a whole number >= 1")
+    return int(value)
+
+
 def sample_every_from_env(environ: Mapping[str, str] = os.environ) -> int:
     raw = environ.get("RANKSCOPE_SAMPLE_EVERY", "").strip()
-    if not raw:
-        return 1
-    if not raw.isdigit() or int(raw) < 1:
-        raise UserError(f"RANKSCOPE_SAMPLE_EVERY={raw!r} must be a whole number >= 1")
-    return int(raw)
+    return parse_sample_every(raw, what="RANKSCOPE_SAMPLE_EVERY=") if raw else 1
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class LevelState:
     """When a temporary level (`--for`) ends; None: it stays."""
     back_to: str | None = None
     """The level it returns to at `until`."""
+    back_sample_every: int | None = None
+    """The sampling it returns to at `until` (a live `--sample-every` with `--for`)."""
 
 
 def _safe_env_level() -> str:
@@ -131,25 +139,35 @@ def on_change(fn: Callable[[str], None]) -> Callable[[str], None]:
     return fn
 
 
-def set_level(level: str, *, for_s: float | None = None) -> LevelState:
-    """Switch this process's level; with `for_s`, back to the present level after that long.
+def set_level(
+    level: str, *, for_s: float | None = None, sample_every: int | None = None
+) -> LevelState:
+    """Switch this process's level (and sampling); with `for_s`, back to the present level and
+    sampling after that long (a switch during a pending one keeps the original to return to).
 
-    Example: `set_level("full", for_s=600)`.
+    Example: `set_level("full", for_s=600, sample_every=10)`.
     """
     global _state, _timer, FULL, RECORDING
     value = parse_level(level)
     if for_s is not None and for_s <= 0:
         raise UserError(f"for_s must be > 0 seconds, got {for_s}")
+    if sample_every is not None:
+        _check_sample_every(sample_every)
     with _lock:
         if _timer is not None:
             _timer.cancel()
             _timer = None
+        pending = _state.back_to is not None
         back_to = (_state.back_to or _state.level) if for_s is not None else None
+        back_sample = None
+        if for_s is not None:
+            back_sample = _state.back_sample_every if pending else _state.sample_every
         until = time.time() + for_s if for_s is not None else None
-        _state = LevelState(value, _state.sample_every, until, back_to)
+        sample = sample_every if sample_every is not None else _state.sample_every
+        _state = LevelState(value, sample, until, back_to, back_sample)
         FULL, RECORDING = value == "full", value != "off"
         if for_s is not None and back_to is not None:
-            _timer = threading.Timer(for_s, _switch_back, args=(back_to,))
+            _timer = threading.Timer(for_s, _switch_back, args=(back_to, back_sample))
             _timer.name = "rankscope-level"
             _timer.daemon = True
             _timer.start()
@@ -159,8 +177,13 @@ def set_level(level: str, *, for_s: float | None = None) -> LevelState:
     return _state
 
 
-def _switch_back(level: str) -> None:
-    set_level(level)
+def _switch_back(level: str, sample_every: int | None) -> None:
+    set_level(level, sample_every=sample_every)
+
+
+def _check_sample_every(sample_every: object) -> None:
+    if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
+        raise UserError(f"sample_every must be a whole number >= 1, got {sample_every!r}")
 
 
 def configure(*, sample_every: int | None = None, level: str | None = None) -> LevelState:
@@ -170,10 +193,9 @@ def configure(*, sample_every: int | None = None, level: str | None = None) -> L
     """
     global _state
     if sample_every is not None:
-        if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
-            raise UserError(f"sample_every must be a whole number >= 1, got {sample_every!r}")
+        _check_sample_every(sample_every)
         with _lock:
-            _state = LevelState(_state.level, sample_every, _state.until, _state.back_to)
+            _state = replace(_state, sample_every=sample_every)
     if level is not None:
         set_level(level)
     return _state

@@ -2,7 +2,11 @@
 
 Off unless the process's debug level is `full` (`rankscope.level`, its one owner: RANKSCOPE_DEBUG=1,
 RANKSCOPE_LEVEL=full, `enable_full_debugging()` or `rankscope level full` on a live rank); a
-disabled call costs one module attribute lookup.
+disabled call costs one module attribute lookup. Sampling applies as to the other full-level
+features: with `configure(sample_every=N)` (RANKSCOPE_SAMPLE_EVERY, `rankscope level
+--sample-every N`) a breakpoint stops only on every Nth `rankscope.step()` (its condition is
+not even evaluated on the others), like `debug_decorator`'s capture. Another rank's `sync=True`
+pause is still waited for on every call.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from rankscope import level as _level
 from rankscope.debug.analysis import RankFilter, rank_matches
 from rankscope.debug.sync import wait_if_paused
+from rankscope.runtime.probe import progress
 
 log = logging.getLogger("rankscope")
 
@@ -58,14 +63,17 @@ def conditional_breakpoint(
     timeout: float | _Default | None = DEFAULT_TIMEOUT,
     sync: bool = False,
 ) -> None:
-    """Pause here in a debug session when debugging is on, `condition` holds and this rank
-    passes `rank_filter`; `rankscope debug list` shows the session, `debug attach` connects.
+    """Pause here in a debug session when debugging is on, this step is sampled, `condition`
+    holds and this rank passes `rank_filter`; `rankscope debug list` shows the session,
+    `debug attach` connects.
 
     Example: `rankscope.conditional_breakpoint(lambda: loss.isnan(), rank_filter=0, timeout=60)`.
     """
     if not _level.FULL:
         return
     wait_if_paused()
+    if not _level.full_at(progress.step):  # not a sampled step: `condition` is not evaluated
+        return
     try:
         if not _should_stop(condition, rank_filter, backend):
             return

@@ -21,26 +21,34 @@ def level(
     job: Job = None,
     group: Group = None,
     ranks: Annotated[str | None, typer.Option("--ranks", help="Only these ranks: 0,3-5.")] = None,
+    sample_every: Annotated[
+        str | None,
+        typer.Option("--sample-every", help="Full-level features on every Nth step only."),
+    ] = None,
     for_: Annotated[
         str | None, typer.Option("--for", help="Switch back after DURATION: 30s, 10m.")
     ] = None,
     as_json: Json = False,
 ) -> None:
-    """Each rank's debug level, or switch live ranks to LEVEL (and back after --for)."""
+    """Each rank's debug level and sampling, or switch live ranks to LEVEL and/or
+    --sample-every N (and both back after --for)."""
     from rankscope.cli.output import to_json
     from rankscope.errors import UserError
-    from rankscope.level import parse_level
+    from rankscope.level import parse_level, parse_sample_every
     from rankscope.levels.collect import switch_levels
     from rankscope.levels.render import render_levels
     from rankscope.logs.analysis import parse_duration
     from rankscope.ranks import parse_rank_spec
 
     chosen = parse_level(new_level, what="level") if new_level is not None else None
+    sample = parse_sample_every(sample_every) if sample_every is not None else None
     for_s = parse_duration(for_, what="--for") if for_ is not None else None
-    if for_s is not None and chosen is None:
-        raise UserError("--for needs a LEVEL to switch to, e.g. `rankscope level full --for 10m`")
+    if for_s is not None and chosen is None and sample is None:
+        raise UserError(
+            "--for needs a LEVEL or --sample-every to switch, e.g. `rankscope level full --for 10m`"
+        )
     rank_set = parse_rank_spec(ranks) if ranks is not None else None
-    rows = switch_levels(address, job, group, rank_set, chosen, for_s)
+    rows = switch_levels(address, job, group, rank_set, chosen, for_s, sample)
     if not rows:
         raise UserError("no live process matches (check --ranks, --group and --job)")
     if as_json:

@@ -31,10 +31,13 @@ def switch_levels(
     ranks: frozenset[int] | None,
     level: str | None,
     for_s: float | None,
+    sample_every: int | None = None,
 ) -> list[RankLevel]:
-    """Each selected process's level (switched first when `level` is given)."""
+    """Each selected process's level (switched first when `level` or `sample_every` is given)."""
     client = HubClient.attach(address)
-    args = {"level": level, "for_s": for_s} if level else {}
+    args: dict[str, object] = {}
+    if level or sample_every is not None:
+        args = {"level": level, "for_s": for_s, "sample_every": sample_every}
     rows: list[RankLevel] = []
     for job_id, probes in client.jobs(job).items():
         chosen = [

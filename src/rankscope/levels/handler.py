@@ -13,12 +13,16 @@ __all__ = ["answer_level"]
 
 @register_handler("level")
 def answer_level(args: dict[str, Any]) -> _level.LevelState:
-    """`{"level": "full", "for_s": 10}` switches; `{}` only reports."""
-    if args.get("sample_every") is not None:
-        _level.configure(sample_every=int(args["sample_every"]))
-    if args.get("level"):
+    """`{"level": "full", "sample_every": 10, "for_s": 600}` switches the level and/or the
+    sampling (and both back after `for_s`); `{}` only reports."""
+    sample = args.get("sample_every")
+    if args.get("level") or sample is not None:
         for_s = args.get("for_s")
-        return _level.set_level(str(args["level"]), for_s=float(for_s) if for_s else None)
+        return _level.set_level(
+            str(args.get("level") or _level.current().level),
+            for_s=float(for_s) if for_s else None,
+            sample_every=int(sample) if sample is not None else None,
+        )
     return _level.current()
 
 

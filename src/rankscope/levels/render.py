@@ -19,7 +19,8 @@ def render_levels(rows: list[RankLevel]) -> Table:
         s = r.state
         until = ""
         if s is not None and s.until is not None:
-            until = f"{time.strftime('%H:%M:%S', time.localtime(s.until))} -> {s.back_to}"
+            back = f"{s.back_to}, every {s.back_sample_every or s.sample_every}"
+            until = f"{time.strftime('%H:%M:%S', time.localtime(s.until))} -> {back}"
         table.add_row(
             r.job_id,
             r.who,
