@@ -151,26 +151,25 @@ class span:  # a class used like a function: `with rankscope.span(...)`
 
     def __init__(self, name: str, /, **attrs: Any) -> None:
         self.name = name
-        self.attrs = attrs
-        self._start = 0
+        self.attrs = attrs or None  # decided once here, not on every exit
 
     def __enter__(self) -> span:
-        if _ring is not None:
-            self._start = _time_ns()
+        self._start = _time_ns() if _ring is not None else 0
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         ring = _ring
         if ring is not None and self._start:
-            attrs = self.attrs or None
-            if exc_type is not None:
-                attrs = {**self.attrs, "error": exc_type.__name__}
-            ring.spans.append((self.name, self._start, _time_ns(), _ident(), attrs))
+            if exc_type is None:
+                ring.spans.append((self.name, self._start, _time_ns(), _ident(), self.attrs))
+            else:
+                attrs = {**(self.attrs or {}), "error": exc_type.__name__}
+                ring.spans.append((self.name, self._start, _time_ns(), _ident(), attrs))
             ring.appended += 1
 
     def __call__(self, fn: F) -> F:
         """`@rankscope.span("load")`: a span around every call (sync or async)."""
-        name, attrs = self.name, self.attrs or None
+        name, attrs = self.name, self.attrs
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
