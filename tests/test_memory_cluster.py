@@ -18,7 +18,7 @@ from helpers import cluster_address, run_cli, run_demo, wait_registered
 from workers import WORKER_NODE_RESOURCE
 from workers_memory import CHUNK, MemoryRank
 
-STEPS = 30
+STEPS = 60  # ten sawtooth periods: enough troughs to tell a one-off rise from a leak
 KINDS = ("steady", "leak", "sawtooth")
 
 

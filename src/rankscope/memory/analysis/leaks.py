@@ -24,6 +24,9 @@ LATE_START_RATIO = 1.5
 """The recent half's slope must be this much steeper to report a leak as starting late."""
 
 
+MAX_ONE_STEP_SHARE = 0.6
+"""Troughs that climb mostly in one step rose once: not a leak (`_climbs_in_many_steps`)."""
+
 MAX_TREND_POINTS = 400
 """Series are thinned to this many points before the O(n^2) pairwise slopes."""
 
@@ -212,6 +215,8 @@ def _test_window(metric: str, window: Sequence[MemorySnapshot], th: LeakThreshol
         grew = human_bytes(max(growth, 0.0))
         return replace(base, reason=f"grew {grew} over the window (< {human_bytes(floor_needed)})")
     rising = floors_rising and floor_rise >= 0.5 * expected_rise
+    if not _climbs_in_many_steps(ys):
+        return replace(base, reason=f"its low points rose at most once, then held (tau {tau:.2f})")
     if tau < th.min_tau and not rising:
         floor = human_bytes(max(floor_rise, 0.0))
         return replace(base, reason=f"returns to its baseline (tau {tau:.2f}, floor +{floor})")
@@ -232,6 +237,24 @@ def _floors(xs: Sequence[float], ys: Sequence[float], slope: float) -> tuple[flo
     tolerance = 0.1 * abs(expected)
     rising = all(b >= a - tolerance for a, b in itertools.pairwise(mins))
     return mins[-1] - mins[0], rising, expected
+
+
+def _climbs_in_many_steps(ys: Sequence[float]) -> bool:
+    """A leak keeps growing; a one-off rise (a lazy import, a cache filled once) is one step up.
+
+    The troughs (each the lowest value within two points either side) of a leaking series climb
+    trough after trough; after a one-off rise they climb once, or not at all when it came before
+    the first trough, and hold. Fewer than three troughs (a smooth climb, no sawtooth) cannot
+    tell, and pass.
+    """
+    troughs = [ys[i] for i in range(2, len(ys) - 2) if ys[i] == min(ys[i - 2 : i + 3])]
+    if len(troughs) < 3:
+        return True
+    climb = troughs[-1] - troughs[0]
+    if climb <= 0:
+        return False  # the troughs hold their level: what rose came before them
+    steps = [b - a for a, b in itertools.pairwise(troughs)]
+    return max(steps) <= MAX_ONE_STEP_SHARE * climb
 
 
 def _capacity_left(metric: str, snap: MemorySnapshot) -> float | None:
