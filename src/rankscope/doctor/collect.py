@@ -25,8 +25,11 @@ class JobEnvironment:
     unanswered: list[str]
 
 
-def job_environments(address: str | None, job: str | None) -> list[JobEnvironment]:
-    client = HubClient.attach(address)
+def job_environments(
+    address: str | None, job: str | None, *, client: HubClient | None = None
+) -> list[JobEnvironment]:
+    """Each job's processes' facts, compared; `client` reuses a caller's attached hub."""
+    client = client or HubClient.attach(address)
     results = []
     for job_id, probes in client.jobs(job).items():
         live = [p for p in probes if p.state != ProbeState.DEAD]

@@ -38,8 +38,15 @@ class JobGpus:
         return any(g.findings for g in self.gpus) or bool(self.unanswered)
 
 
-def collect_by_gpu(address: str | None, job: str | None, group: str | None = None) -> list[JobGpus]:
-    client = HubClient.attach(address)
+def collect_by_gpu(
+    address: str | None,
+    job: str | None,
+    group: str | None = None,
+    *,
+    client: HubClient | None = None,
+) -> list[JobGpus]:
+    """Each job's processes by physical GPU; `client` reuses a caller's attached hub."""
+    client = client or HubClient.attach(address)
     return [
         _job(client, job_id, filter_group(probes, group))
         for job_id, probes in client.jobs(job).items()

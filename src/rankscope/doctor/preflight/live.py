@@ -11,6 +11,7 @@ job yet) or no dashboard is a skipped check with its reason, never a failure of 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from rankscope.doctor.collect import JobEnvironment, job_environments
@@ -19,6 +20,7 @@ from rankscope.errors import NoHubError
 from rankscope.memory.by_gpu import JobGpus, collect_by_gpu
 from rankscope.resources.collect import pending_report
 from rankscope.resources.model import PendingReport, Verdict
+from rankscope.runtime.client import HubClient
 from rankscope.units import human_bytes
 
 __all__ = ["gpu_sharing_check", "job_versions_check", "live_checks", "pending_check"]
@@ -31,9 +33,12 @@ PENDING = "work Ray cannot place"
 def live_checks(address: str | None, dashboard_error: str | None) -> list[Check]:
     """The checks of a live cluster; each skipped, with why, when its source is absent
     (`dashboard_error`: the state API is not asked when the dashboard is known not to answer)."""
+    hub = functools.cache(lambda: HubClient.attach(address))  # once, for both probe checks
     checks = [
-        _guarded(VERSIONS, lambda: job_versions_check(job_environments(address, None))),
-        _guarded(GPUS, lambda: gpu_sharing_check(collect_by_gpu(address, None))),
+        _guarded(
+            VERSIONS, lambda: job_versions_check(job_environments(address, None, client=hub()))
+        ),
+        _guarded(GPUS, lambda: gpu_sharing_check(collect_by_gpu(address, None, client=hub()))),
     ]
     if dashboard_error is not None:
         no_dashboard = f"not read: no dashboard ({dashboard_error})"
