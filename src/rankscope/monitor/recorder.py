@@ -16,6 +16,7 @@ from typing import Any
 
 from rankscope import level as _level
 from rankscope.context import get_context
+from rankscope.monitor.history import history_writer
 from rankscope.monitor.model import (
     MemoryUse,
     MonitorSummary,
@@ -208,6 +209,7 @@ def summary() -> MonitorSummary | None:
     if not _level.RECORDING:
         return None
     _tap.poll()
+    history_writer().on_heartbeat(list(_recorder.rows), _recorder.first_nonfinite)
     samples = _recorder.samples(last=SUMMARY_STEPS + 1)
     if not samples:
         return None

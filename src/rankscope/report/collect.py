@@ -7,34 +7,35 @@ reads them on its node (the CLI may run on another machine), with a live snapsho
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 from typing import Any
 
 from rankscope.errors import UserError
+from rankscope.report.files import JobFiles, is_trace, read_job_files, read_on_hub_node
 from rankscope.report.model import RunData
-from rankscope.runtime.run_dir import TRACE_PREFIX, read_reports, tail_events
+from rankscope.runtime.run_dir import read_reports, tail_events
 from rankscope.serialize import plain
 
 EVENT_LIMIT = 20_000
 """Events read at most (the newest): enough for a run's story, bounded for huge runs."""
 EVERY_KIND = [""]
 """Events of every kind, the hub's records of who is who (`probe.registered`) included."""
-TRACES_TRIED = 3
-"""The newest trace files tried, newest first, until one reads; only that one is summarised
-(read whole: ~2.5 s for a 28 MiB trace of 512 ranks at load 3)."""
-TRACE_BYTES = 64 << 20
-"""Larger trace files are listed, not read (Perfetto opens them)."""
 MONITOR_DEADLINE_S = 5.0
 HANG_MIN_WAIT_S = 5.0
 """As `rankscope hang`'s default: a shorter wait in a collective is not yet a hang."""
 
 
 def collect_run(
-    path: str | None, address: str | None, job: str | None, *, live: bool = True
+    path: str | None,
+    address: str | None,
+    job: str | None,
+    *,
+    live: bool = True,
+    files_here: bool | None = None,
 ) -> RunData:
-    """From a run directory when `path` is given, else through the hub (with a live snapshot)."""
+    """From a run directory when `path` is given, else through the hub (with a live snapshot).
+    Through the hub, the traces and step series are read on this machine when the hub's run
+    directory is here, else on the hub's node (`files_here` decides instead when given)."""
     if path is not None:
         job_dir = find_job_dir(path, job)
         if job_dir is None:
@@ -42,16 +43,20 @@ def collect_run(
         run_dir, job_id = os.path.split(job_dir)
         events = tuple(tail_events(run_dir, job_id, EVERY_KIND, EVENT_LIMIT))
         artifacts, skipped, files = read_reports(run_dir, job_id)
+        found = read_job_files(job_dir, files, series=True)
         return RunData(
             job_id,
             os.path.abspath(job_dir),
             events,
             artifacts,
             files=tuple(files),
-            traces=read_traces(job_dir, files),
-            notes=tuple(skipped),
+            health=found.health,
+            series=found.series,
+            series_from=found.series_from,
+            traces=found.traces,
+            notes=(*skipped, *found.notes),
         )
-    return _from_hub(address, job, live=live)
+    return _from_hub(address, job, live=live, files_here=files_here)
 
 
 def find_job_dir(path: str, job: str | None) -> str | None:
@@ -80,7 +85,9 @@ def find_job_dir(path: str, job: str | None) -> str | None:
     return None
 
 
-def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
+def _from_hub(
+    address: str | None, job: str | None, *, live: bool, files_here: bool | None
+) -> RunData:
     from rankscope.hang.collect import hang_reports
     from rankscope.monitor.collect import tops
     from rankscope.runtime.client import HubClient
@@ -116,14 +123,10 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
             environment = tuple(plain(e) for e in job_environments(address, job_id))
         except Exception as exc:  # the page goes on without it
             notes.append(f"the ranks' environments could not be compared ({exc})")
-    if os.path.isdir(job_dir):  # the hub's node is this one (else the files are out of reach)
-        traces = read_traces(job_dir, files)
-    else:
-        traces = tuple(
-            {"name": n, "bytes": size, "error": f"on the hub's node in {job_dir}: run "
-             "`rankscope report` there to summarise it"}
-            for n, size in files if _is_trace(n)
-        )  # fmt: skip
+    found = _job_files(job_dir, files, series=not series, here=files_here)
+    notes.extend(found.notes)
+    if not series and found.series:  # the job is gone: its whole run from the step files
+        series, health = found.series, found.health
     return RunData(
         job_id,
         f"the hub ({job_dir})",
@@ -138,7 +141,8 @@ def _from_hub(address: str | None, job: str | None, *, live: bool) -> RunData:
         health=health,
         top=top,
         series=series,
-        traces=traces,
+        series_from=found.series_from if series is found.series else "",
+        traces=found.traces,
         environment=environment,
         notes=tuple(notes),
     )
@@ -159,38 +163,19 @@ def _monitor(
     return monitor_data([r.payload for r in result.replies if isinstance(r.payload, RankSeries)])
 
 
-def read_traces(job_dir: str, files: list[tuple[str, int]]) -> tuple[dict[str, Any], ...]:
-    """The job's trace files (oldest first); the newest that reads (of the last `TRACES_TRIED`)
-    digested, the others say why they were not."""
-    from rankscope.report.traces import digest
-
-    traces = [(n, size) for n, size in files if _is_trace(n)]
-    out: list[dict[str, Any]] = []
-    done = False
-    for i, (name, size) in reversed(list(enumerate(traces))):
-        path = os.path.join(job_dir, name)
-        entry: dict[str, Any] = {"name": name, "path": path, "bytes": size}
-        if done or i < len(traces) - TRACES_TRIED:
-            entry["error"] = "older trace, not summarised (open it in Perfetto)"
-        elif size > TRACE_BYTES:
-            entry["error"] = (
-                f"{size / 2**20:.0f} MiB, over the {TRACE_BYTES >> 20} MiB the report reads: "
-                "open it in Perfetto"
-            )
-        else:
-            try:
-                opener: Any = gzip.open if name.endswith(".gz") else open
-                with opener(path, "rt", encoding="utf-8") as f:
-                    entry["digest"] = digest(json.load(f))
-                done = True
-            except Exception as exc:  # a broken file costs its summary, never the page
-                entry["error"] = f"not readable as a trace ({type(exc).__name__}: {exc})"[:200]
-        out.append(entry)
-    return tuple(reversed(out))
-
-
-def _is_trace(name: str) -> bool:
-    return name.startswith(TRACE_PREFIX) and name.endswith((".json", ".json.gz"))
+def _job_files(
+    job_dir: str, files: list[tuple[str, int]], *, series: bool, here: bool | None
+) -> JobFiles:
+    """The traces and step series, read here when the hub's run directory is on this machine,
+    else on the hub's node; a failure costs them, with a note, never the page."""
+    try:
+        if os.path.isdir(job_dir) if here is None else here:
+            return read_job_files(job_dir, files, series=series)
+        return read_on_hub_node(job_dir, files, series=series)
+    except Exception as exc:
+        why = f"not read on the hub's node ({type(exc).__name__}: {exc})"[:200]
+        traces = tuple({"name": n, "bytes": size, "error": why} for n, size in files if is_trace(n))
+        return JobFiles(traces, notes=(f"the traces and step series were {why}",))
 
 
 def _is_job_dir(path: str) -> bool:

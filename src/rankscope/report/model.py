@@ -96,8 +96,11 @@ class RunData:
     top: tuple[dict[str, Any], ...] = ()
     """Live per-rank rows (`top --json`'s data), the worst rank first."""
     series: tuple[dict[str, Any], ...] = ()
-    """Live step series per rank: {"rank", "group", "samples": [[step, time, loss, tokens]]}
-    (the monitor's bounded series; the run directory keeps none)."""
+    """Step series per rank: {"rank", "group", "samples": [[step, time, loss, tokens,
+    grad_norm]]}: the monitor's live series, or the whole run's from the run directory."""
+    series_from: str = ""
+    """Where `series` comes from: "" (live), or the run directory's `steps-*.json` files (every
+    Nth step of the whole run)."""
     traces: tuple[dict[str, Any], ...] = ()
     """The run's trace files read back: {"name", "bytes", and "digest" or "error"}."""
     environment: tuple[dict[str, Any], ...] = ()

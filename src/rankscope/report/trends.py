@@ -3,9 +3,10 @@
 Every rank keeps its last steps (`rankscope.step(loss=..., tokens=...)`, the monitor's bounded
 series); the report asks for them while the job is live. The ranks the monitor's findings name
 (a loss that diverges, spikes or disagrees with the other ranks', a straggler, a throughput that
-drifted) are drawn in red and named in the text. After the job ended the run directory keeps no
-series: the steps/s chart then comes from the step markers of the run's newest trace, and its
-stragglers are the ranks named.
+drifted) are drawn in red and named in the text. After the job ended, the whole run's series
+come from the run directory (`steps-*.json`, every Nth step, see `report.steps`); without those,
+the steps/s chart comes from the step markers of the run's newest trace, and its stragglers are
+the ranks named.
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ def monitor_data(
         {
             "rank": s.rank,
             "group": s.group,
-            "samples": [[x.step, x.t, _float(x.loss), _float(x.tokens)] for x in s.samples],
+            "samples": [
+                [x.step, x.t, _float(x.loss), _float(x.tokens), _float(x.grad_norm)]
+                for x in s.samples
+            ],
         }
         for s in kept
     )
@@ -60,18 +64,22 @@ def trends_section(data: RunData, now: float) -> Section | None:
     rows, source = _rows(data)
     if not rows:
         return None
-    live = source == LIVE
-    named = _named(data.health) if live else _trace_named(data)
-    tables = {label: np.asarray(r, dtype=float).reshape(-1, 4) for label, r in rows.items()}
+    from_steps = bool(data.series)  # live, or the run directory's whole-run series
+    named = _named(data.health) if from_steps else _trace_named(data)
+    tables = {label: _table(r) for label, r in rows.items()}
     pairs = sum(max(0, len(a) - 1) for a in tables.values())
     with_tokens = sum(int(np.isfinite(a[1:, 3]).sum()) for a in tables.values())
     unit = "tokens/s" if pairs and with_tokens * 2 >= pairs else "steps/s"
     loss: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     rate: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    norm: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for label, a in tables.items():
         finite = np.isfinite(a[:, 2])
         if finite.any():
             loss[label] = (a[finite, 0], a[finite, 2])
+        finite = np.isfinite(a[:, 4])
+        if finite.any():
+            norm[label] = (a[finite, 0], a[finite, 4])
         steps, rates = _rates(a, unit)
         if len(steps):
             rate[label] = (steps, _running_median(rates))
@@ -81,6 +89,8 @@ def trends_section(data: RunData, now: float) -> Section | None:
     if rate:
         title = f"{unit} per rank over steps (running median of {SMOOTH} steps)"
         charts.append(Chart(title, "", _lines(rate, named["rate"]), "step"))
+    if norm:
+        charts.append(Chart("grad norm per rank over steps", "", _lines(norm, set()), "step"))
     if not charts:
         return None
     first = min(float(a[0, 0]) for a in tables.values() if len(a))
@@ -93,7 +103,7 @@ def trends_section(data: RunData, now: float) -> Section | None:
     if not loss:
         notes.append(
             "no loss: pass it as rankscope.step(loss=...) to chart it"
-            if live
+            if from_steps
             else "no loss: traces keep step markers only; the loss needs the live job"
         )
     if not named["text"]:
@@ -102,19 +112,30 @@ def trends_section(data: RunData, now: float) -> Section | None:
     return Section("trends", "Loss and throughput", (), summary, (), tuple(charts), tuple(notes))
 
 
+def _table(rows: list[Any]) -> np.ndarray:
+    """[[step, time, loss, tokens, grad_norm]] (grad_norm NaN where older data has 4 columns)."""
+    a = np.asarray(rows, dtype=float)
+    a = a.reshape(len(rows), -1) if len(rows) else np.empty((0, 5))
+    if a.shape[1] < 4:
+        raise ValueError(f"a step row of {a.shape[1]} numbers (4 or 5 expected)")
+    if a.shape[1] < 5:
+        a = np.hstack([a, np.full((len(a), 5 - a.shape[1]), np.nan)])
+    return a
+
+
 def _rows(data: RunData) -> tuple[dict[str, list[Any]], str]:
-    """Per rank, [[step, time, loss, tokens]] and where they come from."""
-    live = {
+    """Per rank, [[step, time, loss, tokens, grad_norm]] and where they come from."""
+    steps = {
         f"rank {r['rank']}": r["samples"]
         for r in sorted(data.series, key=lambda r: r.get("rank", -1))
         if r.get("samples")
     }
-    if live:
-        return live, LIVE
+    if steps:
+        return steps, data.series_from or LIVE
     for trace in reversed(data.traces):
         ranks = (trace.get("digest") or {}).get("ranks") or ()
         marks = {
-            r["who"]: [[step, t, None, None] for step, t in r.get("step_times") or ()]
+            r["who"]: [[step, t, None, None, None] for step, t in r.get("step_times") or ()]
             for r in ranks
             if len(r.get("step_times") or ()) >= 2
         }

@@ -33,6 +33,7 @@ __all__ = [
     "DIR_MODE",
     "EVENT_SCAN_BYTES",
     "FILE_MODE",
+    "STEPS_PREFIX",
     "EventSink",
     "append_events",
     "choose_run_dir",
@@ -204,6 +205,9 @@ REPORT_BYTES = 32 << 20
 """A JSON report bigger than this is not read back (named instead)."""
 TRACE_PREFIX = "trace-"
 """Trace-event files (`rankscope trace`, `enable_detailed_tracing`): opened in Perfetto."""
+STEPS_PREFIX = "steps-"
+"""`steps-<who>.json`: one rank's whole-run step series (the monitor writes them, the report
+reads them); many per job, so not among the reports."""
 
 
 def read_reports(
@@ -220,7 +224,8 @@ def read_reports(
         )
     except OSError:
         return {}, [], []
-    names = [n for n, _ in files if n.endswith(".json") and not n.startswith(TRACE_PREFIX)]
+    not_reports = (TRACE_PREFIX, STEPS_PREFIX)
+    names = [n for n, _ in files if n.endswith(".json") and not n.startswith(not_reports)]
     reports: dict[str, Any] = {}
     skipped: list[str] = []
     for name in names[-REPORTS_READ:]:

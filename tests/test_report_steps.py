@@ -1,0 +1,82 @@
+"""The whole run's step series: kept small on the worker (pure), written to the run directory
+while the job runs, and charted by `rankscope report` after the job ended (real cluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from helpers import cluster_address, run_cli
+from rankscope.monitor.history import MAX_POINTS, StepHistory, file_name
+from rankscope.report.steps import series_from_docs
+
+JOB = os.path.join(os.path.dirname(__file__), "steps_job.py")
+
+
+def test_a_long_run_keeps_its_shape_in_a_bounded_history():
+    history = StepHistory()
+    rows = [(s, 100.0 + s * 0.5, 10.0 / s, 64, 1.0) for s in range(1, 10_001)]
+    for i in range(0, len(rows), 700):  # heartbeats read the recorder's deque whole
+        history.add(rows[max(0, i - 300) : i + 700])  # overlapping reads: no step twice
+    kept = history.rows()
+    assert len(kept) <= MAX_POINTS + 1
+    assert history.steps_seen == 10_000 and history.stride == 128
+    assert kept[0][0] == 128 and kept[-1][0] == 10_000  # the newest step is always in
+    assert sum(r[3] for r in kept) == 64 * 10_000  # every step's tokens, in some interval
+    assert kept[-1][2] == 10.0 / 10_000 and kept[-1][1] == 100.0 + 5000.0
+    assert len(json.dumps(kept)) < 8 * 1024
+
+
+def test_the_files_make_the_reports_series_and_the_monitors_findings():
+    loss = [2.0] * 60 + [2.0 + 0.1 * i for i in range(60)]  # rank 1 diverges
+    docs = [
+        {"kind": "rankscope.steps", "rank": r, "group": "g", "stride": 2,
+         "columns": ["step", "t", "loss", "tokens", "grad_norm"],
+         "rows": [[2 * i + 2, 10.0 + i, loss[i] if r else 2.0, 200, 1.0] for i in range(120)]}
+        for r in (0, 1)
+    ]  # fmt: skip
+    series, health, stride = series_from_docs(docs)
+    assert stride == 2 and [s["rank"] for s in series] == [0, 1]
+    assert series[1]["samples"][-1] == [240, 129.0, loss[-1], 200.0, 1.0]
+    kinds = {(f["kind"], tuple(f["ranks"])) for h in health for f in h["findings"]}
+    assert ("loss_divergence", (1,)) in kinds
+    assert file_name(3, "10.0.0.1:29500", 77) == "steps-rank3-10.0.0.1_29500.json"
+    assert file_name(None, "", 77) == "steps-pid77.json"
+
+
+def test_after_the_job_ended_the_report_charts_each_ranks_loss(cluster, tmp_path):
+    ran = subprocess.run(
+        [sys.executable, JOB, cluster_address(), "300"], capture_output=True, text=True,
+        timeout=180,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    job = ran.stdout.split()[-1]
+    job_dir = os.path.join(os.environ["RANKSCOPE_RUN_DIR"], job)
+    names = sorted(n for n in os.listdir(job_dir) if n.startswith("steps-"))
+    assert names == ["steps-rank0-steps.json", "steps-rank1-steps.json"]
+    for name in names:
+        assert os.stat(os.path.join(job_dir, name)).st_mode & 0o777 == 0o600
+
+    result = run_cli("report", job_dir, "--json")
+    assert result.returncode == 1, result.stderr[-2000:]  # rank 1's loss diverges: a finding
+    data = json.loads(result.stdout)["data"]
+    trends = next(s for s in data["sections"] if s["key"] == "trends")
+    charts = {c["title"]: c for c in trends["charts"]}
+    loss = charts["loss per rank over steps"]
+    assert [s["label"] for s in loss["series"]] == ["rank 0", "rank 1"]
+    for s in loss["series"]:
+        assert s["points"][-1][0] == 300  # the last step, recorded before the job ended
+        assert len(s["points"]) >= 64  # 128 points at most, halved when full
+    assert loss["series"][1]["highlight"] and not loss["series"][0]["highlight"]
+    assert "tokens/s per rank over steps (running median of 5 steps)" in charts
+    assert "grad norm per rank over steps" in charts
+    assert "run directory's step files" in trends["summary"]
+    assert "rank 1 stands out (loss divergence)" in " ".join(trends["notes"])
+
+    page = tmp_path / "page.html"
+    html_run = run_cli("report", job_dir, "-o", str(page))
+    assert html_run.returncode == 1, html_run.stderr[-2000:]
+    html = page.read_text()
+    assert 'aria-label="loss per rank over steps"' in html
