@@ -80,3 +80,22 @@ def test_after_the_job_ended_the_report_charts_each_ranks_loss(cluster, tmp_path
     assert html_run.returncode == 1, html_run.stderr[-2000:]
     html = page.read_text()
     assert 'aria-label="loss per rank over steps"' in html
+
+    # from another machine (no run directory here): the trace's digest and the step series are
+    # read in a task on the hub's node, and only they come back
+    from rankscope.report.collect import collect_run
+    from rankscope.runtime.client import HubClient
+
+    track = {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1,
+             "args": {"name": "rank 0 (SteppingRank) 10.0.0.9"}}  # fmt: skip
+    span = {"ph": "X", "name": "load_batch", "pid": 1, "tid": 1, "ts": 0, "dur": 30000}
+    marks = [{"ph": "i", "name": f"step {i}", "pid": 1, "tid": 1, "ts": i * 40000} for i in (0, 1)]
+    trace = {"traceEvents": [track, span, *marks], "otherData": {"base_epoch_ns": 0}}
+    HubClient.attach().write_artifact(job, "trace-remote.json", json.dumps(trace))
+    remote = collect_run(None, None, job, live=False, files_here=False)
+    [read] = remote.traces
+    assert read["name"] == "trace-remote.json" and "error" not in read, read
+    assert read["digest"]["ranks"][0]["label"] == "rank 0 (SteppingRank) 10.0.0.9"
+    assert [s["rank"] for s in remote.series] == [0, 1]
+    assert remote.series[1]["samples"][-1][0] == 300
+    assert "run directory's step files" in remote.series_from
