@@ -81,12 +81,15 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 def chromium(
-    url: str, tmp_path, *, screenshot: str | None = None
+    url: str, tmp_path, *, screenshot: str | None = None, net_log: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Headless Chromium on `url`: the DOM after scripts ran (stdout), or a 1200x1400 PNG."""
+    """Headless Chromium on `url`: the DOM after scripts ran (stdout), or a 1200x1400 PNG;
+    with `net_log`, every request of the session recorded there (`page_requests` reads it)."""
     output = (
         [f"--screenshot={screenshot}", "--window-size=1200,1400"] if screenshot else ["--dump-dom"]
     )
+    if net_log:
+        output += [f"--log-net-log={net_log}", "--disable-background-networking"]
     return subprocess.run(
         [
             CHROMIUM,
@@ -104,6 +107,34 @@ def chromium(
         text=True,
         timeout=90,
     )
+
+
+def page_requests(net_log: str) -> list[str]:
+    """The URLs the page asked the network for, from Chromium's NetLog (`--log-net-log`).
+
+    File and data URLs never reach the network stack: a self-contained page's list is empty.
+    The browser's own requests (component updates, the clock check: initiator "not an origin",
+    not the page's file:// isolation key) are not the page's and are left out.
+    """
+    with open(net_log, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        log = json.loads(text)
+    except ValueError:  # Chromium killed before closing the file: close the events list
+        log = json.loads(text.rstrip().rstrip(",") + "]}")
+    types = log["constants"]["logEventTypes"]
+    wanted = {types["URL_REQUEST_START_JOB"], types["CORS_REQUEST"]}
+    urls = []
+    for event in log["events"]:
+        params = event.get("params") or {}
+        if event.get("type") not in wanted or "url" not in params:
+            continue
+        own = params.get("initiator", "not an origin") == "not an origin" and not str(
+            params.get("network_isolation_key", "")
+        ).startswith("file://")
+        if not own and params["url"] not in urls:
+            urls.append(params["url"])
+    return urls
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import rankscope
-from helpers import chromium
+from helpers import chromium, page_requests
 from rankscope.memory.model import MIB
 from rankscope.memory.report import ProcessSection, render_report
 
@@ -46,8 +46,10 @@ def test_single_snapshot_report_renders():
 
 def test_report_loads_in_chromium_and_draws_its_chart(tmp_path, chromium_present):
     path = leaking_report(str(tmp_path / "memory.html"))
-    result = chromium(f"file://{path}", tmp_path)
+    net_log = str(tmp_path / "net.json")
+    result = chromium(f"file://{path}", tmp_path, net_log=net_log)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert page_requests(net_log) == []  # offline: its script and data are inline
     console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
     assert console == [], "the page logged to its console (script errors?)"
     dom = result.stdout
@@ -75,3 +77,20 @@ def test_chromium_check_catches_a_broken_script(tmp_path, chromium_present):
     assert any("Uncaught" in line for line in result.stderr.splitlines())
     assert re.search(r"<body[^>]*data-charts-drawn", result.stdout) is None
     assert re.search(r"<body[^>]*data-errors=", result.stdout) is not None
+
+
+def test_report_screenshot_shows_its_chart(tmp_path, chromium_present):
+    """The page as a user sees it: a 1200x1400 PNG with ink and the chart's coloured lines."""
+    from PIL import Image
+
+    path = leaking_report(str(tmp_path / "memory.html"))
+    shot = str(tmp_path / "memory-report-screenshot.png")  # kept beside the report
+    taken = chromium(f"file://{path}", tmp_path, screenshot=shot)
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1200, 1400)
+    pixels = list(image.getdata())
+    inked = sum(1 for p in pixels if sum(p) < 600) / len(pixels)
+    coloured = sum(1 for r, g, b in pixels if max(r, g, b) - min(r, g, b) > 80)
+    assert inked > 0.01, "the page looks blank"
+    assert coloured > 200, "no chart line drawn"

@@ -10,7 +10,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import chromium
+from helpers import chromium, page_requests
 from rankscope.runtime.protocol import Event
 from rankscope.runtime.run_dir import append_events, write_atomically
 
@@ -92,8 +92,10 @@ def test_the_page_renders_in_chromium_offline_and_its_screenshot_is_not_blank(
     job_dir = _hung_run(str(tmp_path / "runs"))
     page = tmp_path / "page.html"
     _report(job_dir, "-o", str(page))
-    dom = chromium(f"file://{page}", tmp_path)
+    net_log = str(tmp_path / "net.json")
+    dom = chromium(f"file://{page}", tmp_path, net_log=net_log)
     assert dom.returncode == 0, dom.stderr[-2000:]
+    assert page_requests(net_log) == []  # offline: the page asked the network for nothing
     assert "rank 3 never entered #21" in dom.stdout
     for section in ("timeline", "ranks", "hang", "trends", "trace", "environment", "events"):
         assert f'id="section-{section}"' in dom.stdout
@@ -109,3 +111,15 @@ def test_the_page_renders_in_chromium_offline_and_its_screenshot_is_not_blank(
     reddish = sum(1 for r, g, b in pixels if r > 200 and g < 80 and b < 80)
     assert inked > 0.01, "the page looks blank"
     assert reddish > 50, "the failed verdict's red marks are missing"
+
+
+def test_the_offline_check_sees_a_page_that_fetches(tmp_path, chromium_present):
+    """The NetLog check above would catch a request: a page with an image and a style sheet
+    on the network."""
+    page = tmp_path / "fetches.html"
+    page.write_text(
+        '<img src="http://127.0.0.1:9/x.png"><link rel="stylesheet" href="https://a.invalid/s.css">'
+    )
+    net_log = str(tmp_path / "net.json")
+    chromium(f"file://{page}", tmp_path, net_log=net_log)
+    assert page_requests(net_log) == ["http://127.0.0.1:9/x.png", "https://a.invalid/s.css"]
