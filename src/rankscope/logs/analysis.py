@@ -112,7 +112,7 @@ class LogFilter:
         if self.min_level is not None:
             floor = level_number(self.min_level)
             if line.source == "stdout" or (
-                line.source == "log" and level_number(line.level) < floor
+                line.source in ("log", "summary") and level_number(line.level) < floor
             ):
                 return False
         return pattern is None or pattern.search(line.message) is not None

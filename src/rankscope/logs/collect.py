@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rankscope.logs.analysis import LogFilter, fold_lines, merge_lines
+from rankscope.logs.gone import gone_node_logs
 from rankscope.logs.model import FoldedLine, LogLine, NodeLogs
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeStatus
@@ -27,6 +28,8 @@ class JobLogs:
     skipped: int
     """Lines left out on some node because more than the bound matched (the oldest)."""
     errors: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    """One per node that is gone: its ranks' lines come from the hub's last log summaries."""
 
 
 def collect_logs(
@@ -44,7 +47,8 @@ def read_job_logs(
     job_id: str, probes: list[ProbeStatus], log_filter: LogFilter, *, raw: bool
 ) -> JobLogs:
     """Read on every live node (one task per node address: nodes that share a machine share
-    its files), merge, and fold unless `raw`."""
+    its files), add what the hub last heard from ranks on nodes that are gone, merge, and fold
+    unless `raw`."""
     import ray
 
     from rankscope.logs.reader import read_node_remote
@@ -61,7 +65,8 @@ def read_job_logs(
             results.append(ray.get(ref, timeout=NODE_READ_TIMEOUT_S))
         except Exception as exc:
             errors.append(f"node {ip}: could not read its logs: {type(exc).__name__}")
-    merged = merge_lines(r.lines for r in results)
+    gone_lines, notes = gone_node_logs(probes, set(targets), log_filter)
+    merged = merge_lines([*(r.lines for r in results), gone_lines])
     return JobLogs(
         job_id=job_id,
         folds=() if raw else tuple(fold_lines(merged)),
@@ -69,6 +74,7 @@ def read_job_logs(
         files=sum(len(r.files) for r in results),
         skipped=sum(r.skipped for r in results),
         errors=tuple(errors + [e for r in results for e in r.errors]),
+        notes=tuple(notes),
     )
 
 

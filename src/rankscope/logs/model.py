@@ -34,7 +34,8 @@ class LogLine:
     """The formatted exception of `log.exception(...)`, else empty."""
     extra: dict[str, Any] = field(default_factory=dict)
     source: str = "log"
-    """`log` (rankscope's JSONL file), `stdout` or `stderr` (Ray's worker files)."""
+    """`log` (rankscope's JSONL file), `stdout` or `stderr` (Ray's worker files), or `summary`
+    (a template of the hub's last log summary of a rank whose node is gone: `logs.gone`)."""
     seq: int = 0
     """Where the line starts in its file (bytes), so lines of the same time keep their order."""
 

@@ -19,7 +19,7 @@ def _clock(t: float) -> str:
 
 
 def _level(level: str, source: str) -> str:
-    return level if source == "log" else source
+    return level if source in ("log", "summary") else source
 
 
 def fold_text(fold: FoldedLine) -> str:
@@ -41,6 +41,7 @@ def render_logs(result: JobLogs) -> list[Text]:
     """The job's lines, a header and a footer saying what was read and what was left out."""
     count = len(result.lines) or sum(f.count for f in result.folds)
     texts = [Text(f"job {result.job_id}: {count} lines from {result.files} files", style="bold")]
+    texts.extend(Text(f"note: {n}", style="yellow") for n in result.notes)
     if result.lines:
         for line in result.lines:
             texts.append(Text(line_text(line), style=_STYLES.get(line.level, "")))
