@@ -1,8 +1,9 @@
 """User code for the real clients: a verl Worker and a Ray Train loop, both plain gloo DDP steps.
 
 No rankscope call in here: the probe comes from the setup hook, as in a user's job. Each rank
-runs `STEPS` all_reduces; the rank named by RS_FAULT_RANK waits in `wait_for_release` before
-the 3rd one until the test writes its release file: `go` to carry on, `die` to `os._exit(1)`.
+runs `STEPS` all_reduces; the faulty rank waits in `wait_for_release` before the 3rd one until
+the test writes its release file: `go` to carry on, `die` to `os._exit(1)`. In the `straggle`
+mode the faulty rank computes slower every step instead, and all print their loss.
 """
 
 from __future__ import annotations
@@ -37,12 +38,32 @@ def train_steps(rank: int, fault_rank: int, release_file: str) -> int:
     return rank
 
 
+def straggle_steps(rank: int, slow_rank: int, stop_file: str) -> int:
+    """Steps of 30 ms compute (50 ms more on `slow_rank`) and one all_reduce, printing the loss
+    as users do, until the stop file appears: every rank stops at the same step."""
+    import torch
+    import torch.distributed as dist
+
+    step = 0
+    while True:
+        time.sleep(0.03 + (0.05 if rank == slow_rank else 0.0))
+        stop = torch.tensor([float(os.path.exists(stop_file))])
+        dist.all_reduce(stop)
+        print(f"step {step} loss={0.5 + 0.01 * rank:.3f}", flush=True)
+        step += 1
+        if stop.item() > 0:
+            return step
+
+
 def ray_train_loop(config: dict) -> None:
     """Ray Train's train_loop_per_worker: runs in Ray Train's training thread."""
     import ray.train
 
     rank = ray.train.get_context().get_world_rank()
-    train_steps(rank, config["fault_rank"], config["release_file"])
+    if config.get("mode") == "straggle":
+        straggle_steps(rank, config["fault_rank"], config["release_file"])
+    else:
+        train_steps(rank, config["fault_rank"], config["release_file"])
 
 
 def verl_worker_class() -> type:
@@ -59,5 +80,9 @@ def verl_worker_class() -> type:
         @register(dispatch_mode=Dispatch.ONE_TO_ALL)
         def train(self, fault_rank: int, release_file: str) -> int:
             return train_steps(dist.get_rank(), fault_rank, release_file)
+
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def straggle(self, slow_rank: int, stop_file: str) -> int:
+            return straggle_steps(dist.get_rank(), slow_rank, stop_file)
 
     return TrainWorker

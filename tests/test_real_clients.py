@@ -29,28 +29,47 @@ JOB = os.path.join(os.path.dirname(__file__), "real_job.py")
 STALLED = 2
 
 
-@pytest.fixture(params=["verl", "train"])
-def stalled_job(request, cluster, hub, tmp_path) -> Iterator[tuple[str, str, subprocess.Popen]]:
-    """A job of the client whose rank 2 waits for `release`; yields (job id, release, driver)."""
-    release = str(tmp_path / "release")
+def _start_job(client: str, mode: str, release: str) -> tuple[str, subprocess.Popen]:
     driver = subprocess.Popen(
-        [sys.executable, JOB, cluster_address(), request.param, str(STALLED), release],
+        [sys.executable, JOB, cluster_address(), client, str(STALLED), release, mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    assert driver.stdout is not None
+    return driver.stdout.readline().strip(), driver
+
+
+def _finish(release: str, driver: subprocess.Popen) -> None:
+    if not os.path.exists(release):
+        with open(release, "w") as f:
+            f.write("go")
     try:
-        assert driver.stdout is not None
-        job_id = driver.stdout.readline().strip()
+        driver.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+
+
+@pytest.fixture(params=["verl", "train"])
+def stalled_job(request, cluster, hub, tmp_path) -> Iterator[tuple[str, str, subprocess.Popen]]:
+    """A job of the client whose rank 2 waits for `release`; yields (job id, release, driver)."""
+    release = str(tmp_path / "release")
+    job_id, driver = _start_job(request.param, "stall", release)
+    try:
         yield job_id, release, driver
     finally:
-        if not os.path.exists(release):
-            with open(release, "w") as f:
-                f.write("go")
-        try:
-            driver.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            driver.kill()
+        _finish(release, driver)
+
+
+@pytest.fixture(params=["verl", "train"])
+def straggling_job(request, cluster, hub, tmp_path) -> Iterator[str]:
+    """A job of the client whose rank 2 computes 50 ms more a step; yields its job id."""
+    stop = str(tmp_path / "stop")
+    job_id, driver = _start_job(request.param, "straggle", stop)
+    try:
+        yield job_id
+    finally:
+        _finish(stop, driver)
 
 
 def _json(*args: str) -> tuple[int, object]:
@@ -105,3 +124,32 @@ def test_stall_then_death_are_named_on_the_real_client(stalled_job):
     assert code == 1
     assert status[job_id]["first_death"].startswith("rank 2 died first")  # type: ignore[index]
     driver.communicate(timeout=120)
+
+
+def test_trace_and_logs_name_the_straggler_on_the_real_client(straggling_job, tmp_path):
+    """No rankscope call in the user's code: the trace scores the ranks from the collectives
+    the recorder saw, and the logs come from the workers' own stdout, tagged with the rank."""
+    job_id = straggling_job
+    wait_until(
+        lambda: sum(p.context.rank is not None for p in HubClient.attach().probes(job_id)) == 4,
+        timeout=120,
+        what="the client's four ranks to register",
+    )
+    out = tmp_path / "trace.json"
+    traced = run_cli(
+        "trace", "--job", job_id, "--duration", "4s", "-o", str(out), "--json",
+        "--address", cluster_address(),
+    )  # fmt: skip
+    assert traced.returncode == 1, traced.stdout + traced.stderr  # a straggler is a finding
+    data = json.loads(traced.stdout)["data"]
+    named = [s for s in data["stragglers"] if s["is_straggler"]]
+    assert [s["rank"] for s in named] == [STALLED], data["stragglers"]
+    rows = {r["rank"]: r for r in data["ranks"]}
+    assert all(rows[r]["wait_share"] > rows[STALLED]["wait_share"] + 0.2 for r in (0, 1, 3))
+
+    logs = run_cli(
+        "logs", "--job", job_id, "--grep", "loss=", "--address", cluster_address(),
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert logs.returncode == 0, logs.stderr
+    assert re.search(r"ranks 0-3: step \S+ loss=0\.500\.\.0\.530", logs.stdout), logs.stdout

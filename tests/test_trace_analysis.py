@@ -8,6 +8,8 @@ import itertools
 import json
 from collections import defaultdict
 
+import pytest
+
 from rankscope.context import RankContext
 from rankscope.hang.model import CallState, CollectiveRecord
 from rankscope.runtime.clock import ClockEstimate, ClockOffset
@@ -108,6 +110,23 @@ def test_no_straggler_when_ranks_keep_pace():
     summary = summarize("job", traces, slices, round((T0 + 10) * 1e9),
                         path="x", bytes_written=0, events=0, dropped_events=0)  # fmt: skip
     assert summary.ok
+
+
+@pytest.mark.parametrize("extra_s", [0.05, 0.0])
+def test_ranks_that_never_mark_steps_are_scored_over_the_window(extra_s):
+    # verl's workers and a Ray Train loop, unchanged: collectives, but no rankscope.step()
+    traces = synthetic_job(extra_s=extra_s)
+    for trace in traces:
+        trace.steps.clear()
+    end = round((T0 + 10) * 1e9)
+    summary = summarize("job", traces, split_collectives(traces, end), end,
+                        path="x", bytes_written=0, events=0, dropped_events=0)  # fmt: skip
+    named = [s for s in summary.stragglers if s.is_straggler]
+    if extra_s:
+        assert [s.rank for s in named] == [2]
+        assert "the group median" in named[0].why and "over the window" in named[0].why
+    else:
+        assert named == [] and summary.ok
 
 
 def trace_problems(doc: dict) -> list[str]:

@@ -99,6 +99,7 @@ def straggler_scores(
     recent: int = DEFAULT_RECENT,
     last_share_threshold: float | None = None,
     min_delta_s: float = DEFAULT_MIN_DELTA_S,
+    unit: str = "a step",
 ) -> list[StragglerScore]:
     """Score every rank of ONE group (or role); the worst first.
 
@@ -114,6 +115,8 @@ def straggler_scores(
             3/n clamped to [0.5, 0.9], so that chance, 1/n, never does).
         min_delta_s: a rank must also be this many seconds a step slower (than the median,
             or than its best) to be named: a ratio over a tiny compute time is noise.
+        unit: what one value of `step_s` spans, for the message ("over the window" when the
+            ranks never mark steps and the caller gives each one value).
 
     Example:
         straggler_scores({0: [0.1], 1: [0.1], 2: [0.14]})[0].rank  # 2
@@ -142,7 +145,7 @@ def straggler_scores(
         if len(ranks) > 1 and relative >= threshold and compute[r] - group_median >= min_delta_s:
             reasons.append(
                 f"computes {relative:.2f}x the group median "
-                f"({_ms(compute[r])} vs {_ms(group_median)} a step)"
+                f"({_ms(compute[r])} vs {_ms(group_median)} {unit})"
             )
         if individual >= threshold and slowed_s >= min_delta_s:
             reasons.append(f"slowed to {individual:.2f}x its own best")

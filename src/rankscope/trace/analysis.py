@@ -208,10 +208,15 @@ def per_step_waits(trace: RankTrace, slices: list[CollectiveSlice]) -> list[floa
 
 
 def stragglers(
-    traces: list[RankTrace], slices: list[list[CollectiveSlice]]
+    traces: list[RankTrace], slices: list[list[CollectiveSlice]], end_ns: int | None = None
 ) -> list[StragglerScore]:
     """Straggler scores (`monitor.straggler`) of each group of ranks, from step times, the waits
-    within each step, and who arrived last at collectives; worst first."""
+    within each step, and who arrived last at collectives; worst first.
+
+    A group whose ranks never call `rankscope.step()` (verl's workers or a Ray Train loop left
+    unchanged) is scored over the whole window instead, given `end_ns`: each rank's window less
+    its collective waits is its compute, one "step" long.
+    """
     groups: dict[str | None, list[tuple[int, RankTrace, list[CollectiveSlice]]]] = {}
     for trace, per in zip(traces, slices, strict=True):
         ctx = trace.status.context
@@ -221,15 +226,37 @@ def stragglers(
     for members in groups.values():
         if len(members) < 2:
             continue
-        step_s = {rank: step_durations(t) for rank, t, _ in members}
-        wait_s = {rank: per_step_waits(t, s) for rank, t, s in members}
+        unit = "a step"
+        if end_ns is not None and not any(len(t.steps) >= 2 for _, t, _ in members):
+            step_s, wait_s = _window_as_one_step(members, end_ns)
+            unit = "over the window"
+        else:
+            step_s = {rank: step_durations(t) for rank, t, _ in members}
+            wait_s = {rank: per_step_waits(t, s) for rank, t, s in members}
         last = {rank: sum(1 for c in s if c.last) for rank, _, s in members}
         calls = {
             (c.record.group, c.record.seq) for _, _, s in members for c in s if c.participants > 1
         }
-        rows.extend(straggler_scores(step_s, wait_s, last, len(calls)))
+        rows.extend(straggler_scores(step_s, wait_s, last, len(calls), unit=unit))
     rows.sort(key=lambda r: (r.is_straggler, r.relative), reverse=True)
     return rows
+
+
+def _window_as_one_step(
+    members: list[tuple[int, RankTrace, list[CollectiveSlice]]], end_ns: int
+) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    """Per rank its window from its first collective (seconds) and the collective wait in it."""
+    step_s: dict[int, list[float]] = {}
+    wait_s: dict[int, list[float]] = {}
+    for rank, trace, per in members:
+        if not per:
+            continue
+        start, stop = min(s.start_ns for s in per), window_ns(trace, end_ns)[1]
+        waited = sum(
+            _clipped(s.start_ns, min(s.last_arrival_ns, s.end_ns), (start, stop)) for s in per
+        )
+        step_s[rank], wait_s[rank] = [(stop - start) / 1e9], [waited / 1e9]
+    return step_s, wait_s
 
 
 def node_imbalance(rows: list[StragglerScore], nodes: dict[int, str]) -> float | None:
@@ -267,7 +294,7 @@ def summarize(
         rank_summary(t, s, end_ns, task_events=events_on)
         for t, s in zip(traces, slices, strict=True)
     ]
-    scores = stragglers(traces, slices)
+    scores = stragglers(traces, slices, end_ns)
     nodes = {
         ctx.rank: ctx.node_ip for ctx in (t.status.context for t in traces) if ctx.rank is not None
     }
