@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import ray
 from rich.console import Console
@@ -216,6 +217,18 @@ def test_diagnose_names_the_rank_whose_nccl_variable_differs(cluster):
     labels = [p["label"] for p in job["processes"]]
     assert labels[:3] == ["rank 10", "rank 11", "rank 12"]
     assert f"pid {pids[3]}@" in labels[3]  # after the ranks
+
+    # saved through the hub into the job's run directory: the report has it after the job
+    from rankscope.report.collect import collect_run
+    from rankscope.report.environment import environment_section
+
+    [job_id] = [j for j, env in data.items() if env is job]
+    job_dir = os.path.join(os.environ["RANKSCOPE_RUN_DIR"], job_id)
+    assert os.stat(os.path.join(job_dir, "diagnose.json")).st_mode & 0o777 == 0o600
+    section = environment_section(collect_run(job_dir, None, None), 0.0)
+    assert section is not None
+    assert section.summary.startswith("diagnose.json: ")
+    assert any("NCCL_SOCKET_IFNAME" in f for f in section.findings)
 
 
 def test_facts_never_initialize_cuda_in_a_process_that_did_not():

@@ -11,13 +11,17 @@ imported only when asked for.
 from __future__ import annotations
 
 import importlib
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
 from rich.console import Console
 
 from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
 from rankscope.errors import UserError
+
+if TYPE_CHECKING:
+    from rankscope.doctor.collect import JobEnvironment
+    from rankscope.runtime.client import HubClient
 
 app = typer.Typer()
 
@@ -72,8 +76,11 @@ def check_environment(address: str | None, job: str | None, as_json: bool, conso
     from rankscope.cli.output import to_json
     from rankscope.doctor.collect import job_environments
     from rankscope.doctor.render import render_environment
+    from rankscope.runtime.client import HubClient
 
-    results = job_environments(address, job)
+    client = HubClient.attach(address)
+    results = job_environments(address, job, client=client)
+    saved = _save_in_run_dirs(client, results)
     if as_json:
         data = {
             r.job_id: {"processes": r.processes, "findings": r.findings, "unanswered": r.unanswered}
@@ -83,7 +90,32 @@ def check_environment(address: str | None, job: str | None, as_json: bool, conso
     else:
         for r in results:
             console.print(render_environment(r))
+        for path in saved:
+            console.print(f"[dim]saved for `rankscope report` in {path}[/dim]")
     return ExitCode.FINDING if any(r.findings for r in results) else ExitCode.OK
+
+
+SAVED_NAME = "diagnose.json"
+"""Each job's latest `diagnose` in its run directory (the report's environment section reads it
+after the job ended); one file per job, replaced each time."""
+
+
+def _save_in_run_dirs(client: HubClient, results: list[JobEnvironment]) -> list[str]:
+    """`diagnose --json`'s output of each job with processes, written through the hub into the
+    job's run directory; a failure costs the copy only (the command's answer stands)."""
+    from rankscope.cli.output import to_json
+
+    paths = []
+    for r in results:
+        if not r.processes:
+            continue
+        data = {r.job_id: {"processes": r.processes, "findings": r.findings,
+                           "unanswered": r.unanswered}}  # fmt: skip
+        try:
+            paths.append(client.write_artifact(r.job_id, SAVED_NAME, to_json("diagnose", data)))
+        except Exception:  # a full disk or a busy hub: the check's result is what matters
+            continue
+    return paths
 
 
 def _load(target: str) -> Check:

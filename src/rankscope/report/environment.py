@@ -3,7 +3,8 @@
 Two doctors: `rankscope diagnose` compares the environment of a live job's ranks (versions,
 NCCL/torch variables, /dev/shm); `rankscope doctor` checks every node of the cluster before a
 job. The report asks `diagnose` itself while the job is live, and reads the `--json` output of
-either saved in the job's run directory: `rankscope doctor --json > $RUN_DIR/<job>/doctor.json`.
+either saved in the job's run directory: `diagnose` saves its own there (`diagnose.json`, through
+the hub); `doctor` only when told: `rankscope doctor --json > $RUN_DIR/<job>/doctor.json`.
 """
 
 from __future__ import annotations
