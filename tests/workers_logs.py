@@ -13,12 +13,17 @@ class LogRank:
     """One rank of the `logs-test` group; its probe is started with rankscope.init()."""
 
     def __init__(
-        self, rank: int, world_size: int, alert_threshold: float = 1.0, webhook: str = ""
+        self,
+        rank: int,
+        world_size: int,
+        alert_threshold: float = 1.0,
+        webhook: str = "",
+        group: str = "logs-test",
     ) -> None:
         import rankscope
 
         self.rank = rank
-        rankscope.init(rank=rank, world_size=world_size, group="logs-test")
+        rankscope.init(rank=rank, world_size=world_size, group=group)
         self.log = rankscope.DistributedLogger(
             "train", aggregation_interval=1, alert_threshold=alert_threshold
         )

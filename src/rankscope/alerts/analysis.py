@@ -20,6 +20,9 @@ __all__ = ["MemoryReading", "RankRules", "SilenceRow", "alerts_from_events", "si
 
 ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
 _WINDOW_MAX = 10_000
+JOB_TIMES_MAX = 1_000
+"""Times a rank keeps (and sends) per job-scoped rule: its last `count` (at most this) are
+enough to tell whether the job reached `count`, whatever the other ranks sent."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class RankRules:
         self._compiled: dict[str, re.Pattern[str]] = {}
         self._raised: dict[str, tuple[float, int]] = {}
         self._memory_high: set[str] = set()
+        self._job: dict[str, collections.deque[float]] = {}
+        self._job_last: dict[str, str] = {}
 
     def set_rules(self, rules: Sequence[RegexRule]) -> None:
         self.settings = replace(self.settings, rules=tuple(rules))
@@ -57,6 +62,8 @@ class RankRules:
         s = self.settings
         for level, message, when, template in batch:
             if level in ERROR_LEVELS:
+                if s.error_burst_scope == "job":
+                    self._count_for_job("error_burst", s.error_burst, when, message)
                 self._errors.append(when)
                 if template not in self._templates and len(self._templates) < _WINDOW_MAX:
                     self._templates.add(template)
@@ -71,6 +78,9 @@ class RankRules:
             for rule in s.rules:
                 pattern = self._compiled.get(rule.name)
                 if pattern is None or not pattern.search(message):
+                    continue
+                if rule.scope == "job":  # the judge counts it across ranks (`alerts.judge`)
+                    self._count_for_job(f"rule:{rule.name}", rule.count, when, message)
                     continue
                 times = self._matches.setdefault(rule.name, collections.deque(maxlen=_WINDOW_MAX))
                 times.append(when)
@@ -87,7 +97,7 @@ class RankRules:
                     )
         while self._errors and self._errors[0] < now - s.error_window_s:
             self._errors.popleft()
-        if len(self._errors) >= s.error_burst:
+        if s.error_burst_scope == "rank" and len(self._errors) >= s.error_burst:
             found += self._raise(
                 "error_burst",
                 "error_burst",
@@ -96,6 +106,47 @@ class RankRules:
                 now,
             )
         return found
+
+    @property
+    def has_job_rules(self) -> bool:
+        s = self.settings
+        return s.error_burst_scope == "job" or any(r.scope == "job" for r in s.rules)
+
+    def _count_for_job(self, key: str, count: int, when: float, message: str) -> None:
+        times = self._job.get(key)
+        if times is None or times.maxlen != min(count, JOB_TIMES_MAX):
+            times = self._job[key] = collections.deque(times or (), min(count, JOB_TIMES_MAX))
+        times.append(when)
+        self._job_last[key] = message[:200]
+
+    def job_counts(self, now: float) -> dict[str, dict[str, Any]] | None:
+        """The job-scoped rules' recent times on this rank (within each rule's window), for
+        the heartbeat's `alerts` summary; None when there are none."""
+        s = self.settings
+        rules = {"error_burst": (s.error_burst, s.error_window_s, "error", "ERROR records")}
+        for r in s.rules:
+            rules[f"rule:{r.name}"] = (
+                r.count,
+                r.window_s,
+                r.severity,
+                f"lines matching {r.pattern!r}",
+            )
+        found: dict[str, dict[str, Any]] = {}
+        for key, times in self._job.items():
+            if key not in rules:
+                continue
+            count, window_s, severity, what = rules[key]
+            recent = [round(t, 3) for t in times if t >= now - window_s]
+            if recent:
+                found[key] = {
+                    "times": recent,
+                    "count": count,
+                    "window_s": window_s,
+                    "severity": severity,
+                    "what": what,
+                    "last": self._job_last.get(key, ""),
+                }
+        return found or None
 
     def memory(
         self, reading: MemoryReading, host_threshold: float, device_threshold: float, now: float
@@ -176,6 +227,7 @@ def alerts_from_events(
             count=int(payload.get("count") or 1),
             active=now - when <= active_for_s,
             job_id=job_id,
+            scope=str(payload.get("scope") or "rank"),
         )
     return sorted(latest.values(), key=lambda a: -a.time)
 

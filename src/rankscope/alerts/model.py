@@ -8,9 +8,17 @@ from dataclasses import dataclass, field
 
 from rankscope.errors import UserError
 
-__all__ = ["SEVERITIES", "Alert", "AlertSettings", "RegexRule"]
+__all__ = ["SCOPES", "SEVERITIES", "Alert", "AlertSettings", "RegexRule"]
 
 SEVERITIES = ("info", "warning", "error", "critical")
+SCOPES = ("rank", "job")
+"""Where a count rule counts: one rank's records (each rank raises its own) or the job's
+(every rank's records together, judged by one rank through the hub: `alerts.judge`)."""
+
+
+def _check_scope(scope: str, what: str) -> None:
+    if scope not in SCOPES:
+        raise UserError(f"{what} scope {scope!r} is not one of {', '.join(SCOPES)}")
 
 
 @dataclass(frozen=True)
@@ -30,6 +38,8 @@ class Alert:
     """How many times the rule fired in this alert (repeats within the cooldown are counted)."""
     active: bool = True
     job_id: str = ""
+    scope: str = "rank"
+    """`job`: about the job's ranks together (`rank` None), not about the process raising it."""
 
 
 @dataclass(frozen=True)
@@ -44,10 +54,13 @@ class RegexRule:
     severity: str = "warning"
     count: int = 1
     window_s: float = 60.0
+    scope: str = "rank"
+    """`job`: `count` matching lines within `window_s` across all ranks together."""
 
     def __post_init__(self) -> None:
         import re
 
+        _check_scope(self.scope, f"alert rule {self.name!r}:")
         if self.severity not in SEVERITIES:
             raise UserError(f"severity {self.severity!r} is not one of {', '.join(SEVERITIES)}")
         if self.count < 1 or self.window_s <= 0:
@@ -71,6 +84,8 @@ class AlertSettings:
     error_burst: int = 10
     """ERROR (or worse) records within `error_window_s` that make a burst."""
     error_window_s: float = 60.0
+    error_burst_scope: str = "rank"
+    """`job`: `error_burst` ERROR records within `error_window_s` across all ranks together."""
     cooldown_s: float = 60.0
     """A rule that keeps firing on a rank is raised again at most this often (counted between)."""
     active_for_s: float = 300.0
@@ -80,6 +95,9 @@ class AlertSettings:
     check_interval_s: float = 2.0
     rules: tuple[RegexRule, ...] = field(default_factory=tuple)
 
+    def __post_init__(self) -> None:
+        _check_scope(self.error_burst_scope, "error burst")
+
     @classmethod
     def from_env(cls) -> AlertSettings:
         values: dict[str, object] = {}
@@ -87,6 +105,7 @@ class AlertSettings:
             ("webhook", str),
             ("error_burst", int),
             ("error_window_s", float),
+            ("error_burst_scope", str),
             ("cooldown_s", float),
             ("active_for_s", float),
             ("silent_after_s", float),

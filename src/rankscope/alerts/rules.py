@@ -22,6 +22,7 @@ from typing import Any
 
 from rankscope import level as _level
 from rankscope.alerts.analysis import MemoryReading, RankRules
+from rankscope.alerts.judge import run_job_judge
 from rankscope.alerts.model import SEVERITIES, Alert, AlertSettings, RegexRule
 from rankscope.alerts.webhook import WebhookSender
 from rankscope.context import get_context
@@ -59,8 +60,10 @@ def configure_alerts(
     webhook: str | None = None,
     error_burst: int | None = None,
     error_window_s: float | None = None,
+    error_burst_scope: str | None = None,
 ) -> AlertSettings:
-    """Where alerts go and when ERRORs make a burst, for this process.
+    """Where alerts go and when ERRORs make a burst, for this process; `error_burst_scope="job"`
+    counts every rank's ERRORs together (set it on every rank: the job's judge reads its own).
 
     Example: `rankscope.configure_alerts(webhook="https://hooks.example/T0/B0")`.
     """
@@ -73,6 +76,7 @@ def configure_alerts(
             ("webhook", webhook),
             ("error_burst", error_burst),
             ("error_window_s", error_window_s),
+            ("error_burst_scope", error_burst_scope),
         )
         if v is not None
     }
@@ -87,15 +91,18 @@ def alert_on(
     count: int = 1,
     window_s: float = 60.0,
     name: str | None = None,
+    scope: str = "rank",
 ) -> RegexRule:
-    """Raise an alert when `count` log lines match `pattern` within `window_s` seconds.
+    """Raise an alert when `count` log lines match `pattern` within `window_s` seconds: on one
+    rank (`scope="rank"`), or across all ranks together (`scope="job"`, judged by one rank
+    through the hub; the alert names the ranks that contributed).
 
     Example: `rankscope.alert_on(r"CUDA out of memory", severity="critical")`.
     Lines of every logger rankscope captures count (`DistributedLogger`, `capture_logging`).
     """
     if severity not in SEVERITIES:
         raise ValueError(f"severity {severity!r} is not one of {', '.join(SEVERITIES)}")
-    rule = RegexRule(name or pattern, pattern, severity, count, window_s)
+    rule = RegexRule(name or pattern, pattern, severity, count, window_s, scope)
     rules = _state()
     kept = [r for r in rules.settings.rules if r.name != rule.name]
     rules.set_rules([*kept, rule])
@@ -123,11 +130,12 @@ def _emit(
     probe = current_probe()
     ctx = get_context()
     for alert in alerts:
+        mine = alert.scope != "job"  # a job-scoped alert is about no one rank, not its judge's
         payload = {
             **dataclasses.asdict(alert),
-            "rank": alert.rank if alert.rank is not None else ctx.rank,
+            "rank": alert.rank if alert.rank is not None or not mine else ctx.rank,
             "pid": ctx.pid,
-            "group": alert.group if alert.group is not None else ctx.group,
+            "group": alert.group if alert.group is not None or not mine else ctx.group,
             "job_id": ctx.job_id,
         }
         _raised += 1
@@ -169,9 +177,21 @@ def _check() -> dict[str, Any] | None:
             _read_memory(), log_summary.settings().alert_threshold, _device_threshold(), now
         )
         _emit(found, resolved)
-    if not _raised and not _webhook.failed:
+    job_rules = None
+    if _level.RECORDING and rules.has_job_rules:
+        job_rules = rules.job_counts(now) or {}  # `{}`: the judge sees this rank has such rules
+        ctx = get_context()
+        _emit(run_job_judge(ctx.job_id or "", ctx.rank, ctx.group, rules.settings.cooldown_s), [])
+    if not _raised and not _webhook.failed and job_rules is None:
         return None
-    return {"raised": _raised, "webhook_sent": _webhook.sent, "webhook_failed": _webhook.failed}
+    summary: dict[str, Any] = {
+        "raised": _raised,
+        "webhook_sent": _webhook.sent,
+        "webhook_failed": _webhook.failed,
+    }
+    if job_rules is not None:
+        summary["job_rules"] = job_rules  # the job's judge adds them up (`alerts.judge`)
+    return summary
 
 
 def _device_threshold() -> float:

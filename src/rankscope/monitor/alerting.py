@@ -1,12 +1,12 @@
 """The worker side of the monitor's alerts: findings raised through the alerts feature.
 
 Every rank raises its own findings (the first non-finite, loss spikes, divergence) from its
-heartbeat summary (`raise_local`); the group's rank 0 also judges its group every few seconds
-(`judge_group`: one hub call for the group's heartbeat summaries, then stragglers, loss
-disagreement and the alerts feature's silent-rank rule, which one rank cannot see alone). Both
-go through `alerts.rules.publish`: an `alert` event in the run directory (so `rankscope alerts`
-and `rankscope status` list them) and a POST to the configured webhook. Runs on the probe
-thread; never raises.
+heartbeat summary (`raise_local`); the group's rank 0 (the lowest live rank while it is dead)
+also judges its group every few seconds (`judge_group`: one hub call for the group's heartbeat
+summaries, then stragglers, loss disagreement and the alerts feature's silent-rank rule, which
+one rank cannot see alone). Both go through `alerts.rules.publish`: an `alert` event in the run
+directory (so `rankscope alerts` and `rankscope status` list them) and a POST to the configured
+webhook. Runs on the probe thread; never raises.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rankscope.alerts.judge import FALLBACK_RANKS, judges_group
 from rankscope.alerts.model import AlertSettings
 from rankscope.alerts.rules import publish
 from rankscope.context import get_context
@@ -61,10 +62,11 @@ def raise_local(findings: Sequence[Finding]) -> None:
 
 
 def judge_group(thresholds: Thresholds | None = None) -> None:
-    """On the group's rank 0: stragglers and loss disagreement over the group's summaries."""
+    """On the group's rank 0 (or, while it is dead, the lowest live of ranks 1-3:
+    `alerts.judge.judges_group`): stragglers and loss disagreement over the group's summaries."""
     global _hub
     ctx = get_context()
-    if ctx.rank != 0:
+    if ctx.rank is None or ctx.rank >= FALLBACK_RANKS:
         return
     try:
         import ray
@@ -76,13 +78,19 @@ def judge_group(thresholds: Thresholds | None = None) -> None:
             _hub = find_hub()
         if _hub is None:
             return
+        # ranks 1-3 first ask only who is alive (no summaries), the judge then reads them all
+        lean: list[str] | None = None if ctx.rank == 0 else []
         try:
-            probes = ray.get(_hub.list_probes.remote(ctx.job_id), timeout=JUDGE_TIMEOUT_S)
+            probes = ray.get(_hub.list_probes.remote(ctx.job_id, lean), timeout=JUDGE_TIMEOUT_S)
+            if lean is not None and judges_group(ctx.rank, ctx.group, probes):
+                probes = ray.get(_hub.list_probes.remote(ctx.job_id), timeout=JUDGE_TIMEOUT_S)
         except Exception:
             _hub = None  # the hub restarted or moved: look it up again next time
             return
         group = ctx.group or ""
         mine = [p for p in probes if (p.context.group or "") == group]
+        if not judges_group(ctx.rank, ctx.group, mine):
+            return
         _raise(_gate("group"), group_findings(inputs_of(mine), thresholds or Thresholds()))
         _raise_silent(mine, ctx.job_id or "")
     except Exception:

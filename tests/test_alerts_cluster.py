@@ -1,0 +1,61 @@
+"""Job-scoped alert rules on the real cluster: an ERROR burst no rank reaches alone is raised
+by the job's judge (rank 0) naming the ranks that contributed and POSTed to a local webhook;
+with rank 0 killed, the lowest live rank judges instead (the judge's fallback)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import ray
+
+from helpers import probes_by_pid, wait_registered, webhook_server
+from rankscope.runtime.protocol import ProbeState
+from workers import WORKER_NODE_RESOURCE, wait_until
+from workers_logs import LogRank
+
+
+def test_a_job_wide_error_burst_names_its_ranks_and_rank_1_judges_once_rank_0_is_dead(cluster):
+    group = f"jobwide-{uuid.uuid4().hex[:6]}"
+    with webhook_server() as (url, posted):
+        env = {
+            "RANKSCOPE_ALERT_ERROR_BURST_SCOPE": "job",
+            "RANKSCOPE_ALERT_ERROR_BURST": "6",
+            "RANKSCOPE_ALERT_ERROR_WINDOW_S": "20",
+        }
+        actor = ray.remote(num_cpus=0)(LogRank)
+        env_opts = {"runtime_env": {"env_vars": env}}
+        worker_node = {WORKER_NODE_RESOURCE: 1}
+        ranks = [
+            actor.options(**env_opts).remote(0, 3, webhook=url, group=group),
+            actor.options(**env_opts).remote(1, 3, webhook=url, group=group),
+            actor.options(**env_opts, resources=worker_node).remote(2, 3, webhook=url, group=group),
+        ]
+        try:
+            pids = ray.get([r.pid.remote() for r in ranks], timeout=120)
+            wait_registered(pids, ranked=True)
+            ray.get([ranks[1].errors.remote(3), ranks[2].errors.remote(3)], timeout=30)
+
+            def bursts() -> list[dict]:
+                return [b for b in posted if b["rule"] == "error_burst"]
+
+            (first,) = wait_until(bursts, timeout=30, what="the job-wide burst's POST")
+            assert (first["scope"], first["rank"], first["pid"]) == ("job", None, pids[0])
+            assert (
+                "6 ERROR records in 20 s from ranks 1,2 (rank 1: 3, rank 2: 3)"
+                in (first["message"])
+            ), first
+            ray.kill(ranks[0])
+            wait_until(
+                lambda: probes_by_pid(pids)[pids[0]].state != ProbeState.ALIVE,
+                timeout=30,
+                what="rank 0's probe no longer alive at the hub",
+            )
+            time.sleep(1.0)
+            ray.get([ranks[1].errors.remote(3), ranks[2].errors.remote(3)], timeout=30)
+            wait_until(lambda: len(bursts()) >= 2, timeout=30, what="rank 1's judging")
+            assert [b["pid"] for b in bursts()] == [pids[0], pids[1]], bursts()
+            assert all(b["scope"] == "job" for b in bursts())
+        finally:
+            for r in ranks:
+                ray.kill(r)
