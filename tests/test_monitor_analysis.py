@@ -203,6 +203,18 @@ def test_analyze_names_the_straggler_that_arrives_last() -> None:
     assert not any(f.kind is FindingKind.STRAGGLER and f.ranks != (2,) for f in found)
 
 
+def test_ranks_that_never_mark_steps_are_scored_from_their_collectives() -> None:
+    # verl's workers or a Ray Train loop left unchanged: the recorder's collectives, no steps
+    stepped = _sync_job({0: 0.030, 1: 0.031, 2: 0.080, 3: 0.030}, 40)
+    series = [_series(s.rank, [], collectives=s.collectives) for s in stepped]
+    scores = analysis.stragglers(series)
+    assert scores[0].rank == 2 and scores[0].is_straggler and scores[0].relative > 2
+    assert "over the window" in scores[0].why
+    assert not any(s.is_straggler for s in scores[1:])
+    found = [f for f in analysis.analyze(series) if f.kind is FindingKind.STRAGGLER]
+    assert [f.ranks for f in found] == [(2,)]
+
+
 def test_a_collective_entered_100ms_late_names_the_group_and_the_rank() -> None:
     series = _sync_job({0: 0.010, 1: 0.010}, 30, late={1: 0.1})
     found = [f for f in analysis.analyze(series) if f.kind is FindingKind.COLLECTIVE_LATENCY]
@@ -269,6 +281,48 @@ def test_watch_nan_names_the_module_and_the_step_without_ray() -> None:
     finally:
         watch.remove()
         step_recorder().clear()
+
+
+def test_watch_nan_names_a_gradient_and_leaves_the_model_as_it_was() -> None:
+    torch = pytest.importorskip("torch")
+    import copy
+
+    from torch import nn
+
+    from rankscope.monitor import watch_nan
+
+    class InfGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def]
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            return g * float("inf")
+
+    class Layer(nn.Module):
+        on = False
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return InfGrad.apply(x) if self.on else x
+
+    model = nn.Sequential(nn.Linear(4, 4), Layer(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    watch = watch_nan(model, opt)
+    try:
+        copy.deepcopy(model)(torch.ones(2, 4))  # a copy or a pickle works, unwatched
+        pickle.loads(pickle.dumps(model[0]))(torch.ones(2, 4))
+        assert watch.sums == []
+        for on in (False, True):
+            model[1].on = on
+            opt.zero_grad()
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+        # finite outputs; backward reaches layer 0 after the bad one: its gradient is first
+        assert watch.found == "gradient in 0 (0.bias)"
+    finally:
+        watch.remove()
+    assert all("forward" not in m.__dict__ for m in model)
 
 
 def test_comm_bench_numbers_follow_nccl_tests() -> None:

@@ -147,6 +147,11 @@ def test_trace_and_logs_name_the_straggler_on_the_real_client(straggling_job, tm
     rows = {r["rank"]: r for r in data["ranks"]}
     assert all(rows[r]["wait_share"] > rows[STALLED]["wait_share"] + 0.2 for r in (0, 1, 3))
 
+    code, jobs = _json("monitor", "--job", job_id)
+    assert code == 1  # the straggler is a finding
+    found = [f for j in jobs for f in j["findings"] if f["kind"] == "straggler"]  # type: ignore[union-attr]
+    assert [f["ranks"] for f in found] == [[STALLED]], found
+
     logs = run_cli(
         "logs", "--job", job_id, "--grep", "loss=", "--address", cluster_address(),
         env={"COLUMNS": "200"},
