@@ -67,6 +67,20 @@ def test_the_traces_split_each_ranks_step_and_name_the_straggler(tmp_path):
     assert ">6.58</text>" in chart  # one step per 152 ms, at the top of the axis
 
 
+def test_a_trace_without_step_markers_still_names_the_straggler(tmp_path):
+    # verl's workers or a Ray Train loop left unchanged: collectives, no rankscope.step()
+    job_dir = tmp_path / "runs" / "job1"
+    job_dir.mkdir(parents=True)
+    traces = synthetic_job(steps=20, slow_rank=2, extra_s=0.05)
+    for trace in traces:
+        trace.steps.clear()
+    slices = split_collectives(traces, int((TRACE_T0 + 10) * 1e9))
+    with open(job_dir / "trace-20261203-140000.json", "w") as f:
+        render_trace(traces, slices, f.write)
+    text = _text(render_html(build_report(collect_run(str(job_dir), None, None), TRACE_T0 + 60)))
+    assert re.search(r"trace: rank 2 computes 1\.\d\dx the group median .* over the window", text)
+
+
 def _series(rank: int, loss: list[float], step_s: float = 0.1) -> RankSeries:
     samples = tuple(StepSample(s, T0 + s * step_s, v, 4096.0) for s, v in enumerate(loss, start=1))
     return RankSeries(rank, "g", "10.0.0.1", "Worker", samples)

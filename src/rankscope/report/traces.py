@@ -184,25 +184,39 @@ def _top_level(spans: Sequence[tuple[float, float, str]]) -> list[tuple[float, f
 
 
 def _stragglers(ranks: Mapping[str, Mapping[str, list[Any]]]) -> list[dict[str, Any]]:
-    """`monitor.straggler`'s verdicts over the traced ranks (one group: the file has no group)."""
+    """`monitor.straggler`'s verdicts over the traced ranks (one group: the file has no group).
+
+    Ranks that never mark steps (verl's workers, a Ray Train loop left unchanged) are scored
+    over their window instead: first to last collective, less their waits in them.
+    """
     from rankscope.monitor.straggler import straggler_scores
 
     step_s: dict[int, list[float]] = {}
     wait_s: dict[int, list[float]] = {}
     last: dict[int, int] = {}
     calls: set[tuple[Any, Any]] = set()
+    stepped = any(len(parts["steps"]) >= 2 for parts in ranks.values())
     for who, parts in ranks.items():
         m = _RANK.match(who)
-        if m is None or m.group(2) is None or len(parts["steps"]) < 2:
+        if m is None or m.group(2) is None:
             continue
-        rank, steps = int(m.group(2)), sorted(t for t, _ in parts["steps"])
-        step_s[rank] = [b - a for a, b in itertools.pairwise(steps)]
-        wait_s[rank] = _step_waits(steps, parts["calls"])
+        rank = int(m.group(2))
+        if stepped and len(parts["steps"]) >= 2:
+            steps = sorted(t for t, _ in parts["steps"])
+            step_s[rank] = [b - a for a, b in itertools.pairwise(steps)]
+            wait_s[rank] = _step_waits(steps, parts["calls"])
+        elif not stepped and len(parts["calls"]) >= 2:
+            starts = sorted(s for s, _, _ in parts["calls"])
+            step_s[rank] = [starts[-1] - starts[0]]
+            wait_s[rank] = _step_waits([starts[0], starts[-1]], parts["calls"])
+        else:
+            continue
         last[rank] = sum(1 for _, _, a in parts["calls"] if a.get("last_to_arrive"))
         calls.update((a.get("group"), a.get("seq")) for _, _, a in parts["calls"])
     if len(step_s) < 2:
         return []
-    scores = straggler_scores(step_s, wait_s, last, len(calls))
+    unit = "a step" if stepped else "over the window"
+    scores = straggler_scores(step_s, wait_s, last, len(calls), unit=unit)
     return [{"rank": s.rank, "why": s.why} for s in scores if s.is_straggler]
 
 
