@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from helpers import webhook_server
 from rankscope import level
 from rankscope.alerts.analysis import alerts_from_events
 from rankscope.alerts.model import Alert
+from rankscope.hang.model import CallState, CollectiveRecord
 from rankscope.monitor import analysis
 from rankscope.monitor.alert_rules import AlertGate, finding_alerts, group_findings
 from rankscope.monitor.model import (
@@ -43,7 +45,7 @@ def test_alerted_findings_become_alerts_naming_the_rank() -> None:
         _finding(FindingKind.STRAGGLER, 2),
         _finding(FindingKind.LOSS_DIVERGENCE, 0),
         _finding(FindingKind.LOSS_DISAGREEMENT, 3),
-        _finding(FindingKind.THROUGHPUT_DRIFT, 0),  # stays in `rankscope monitor`
+        _finding(FindingKind.THROUGHPUT_DRIFT, 0),  # not a drop (value 0): stays in `monitor`
         _finding(FindingKind.HOST_MEMORY, 0),  # the alerts feature has its own memory rule
     ]
     alerts = finding_alerts(found, 100.0, "job")
@@ -117,6 +119,79 @@ def test_publish_posts_the_alert_about_its_rank_to_the_webhook() -> None:
     (body,) = received
     assert body["rule"] == "straggler" and body["rank"] == 3
     assert "rank 3 computes" in body["text"]
+
+
+def _samples(tokens_from_50: int, steps: int = 100) -> list[StepSample]:
+    """A rank stepping every 100 ms with 512 tokens a step, then `tokens_from_50`."""
+    return [
+        StepSample(k, 1000.0 + 0.1 * k, tokens=512 if k < 50 else tokens_from_50)
+        for k in range(1, steps + 1)
+    ]
+
+
+def test_a_throughput_drop_is_an_alert_with_its_step_a_rise_is_not() -> None:
+    drop = analysis.throughput_drift(_samples(358), T.throughput_drift, rank=0)
+    rise = analysis.throughput_drift(_samples(700), T.throughput_drift, rank=1)
+    assert drop is not None and rise is not None and drop.step == 50 == rise.step
+    (alert,) = finding_alerts([drop, rise], 5.0, "job")
+    assert (alert.rule, alert.severity, alert.rank) == ("throughput_drift", "warning", 0)
+    assert alert.message.startswith("rank 0 tokens/s dropped 30% at step 50 ")
+    assert "tokens per step 512 -> 358" in alert.message
+
+
+def test_raise_local_posts_a_throughput_drop_through_publish() -> None:
+    from rankscope.alerts.rules import configure_alerts
+    from rankscope.monitor import alerting
+
+    drop = analysis.throughput_drift(_samples(358), T.throughput_drift, rank=7)
+    rise = analysis.throughput_drift(_samples(700), T.throughput_drift, rank=8)
+    with webhook_server() as (url, received):
+        configure_alerts(webhook=url)
+        try:
+            alerting.raise_local([f for f in (drop, rise) if f is not None])
+            deadline = time.time() + 10
+            while not received and time.time() < deadline:
+                time.sleep(0.05)
+        finally:
+            configure_alerts(webhook="")
+            alerting.raise_local([])  # resolved: the gate forgets it
+    assert [(b["rule"], b["rank"]) for b in received] == [("throughput_drift", 7)]
+    assert "dropped 30% at step 50" in received[0]["text"]
+
+
+def _with_collectives(late_s: float, ranks: int = 3) -> list[RankInput]:
+    """Heartbeat summaries of a synchronous group: 16 all_reduces each (what the hang summary
+    carries), rank 1 entering #10 `late_s` after the others."""
+    out = []
+    for r in range(ranks):
+        recs = []
+        for k in range(16):
+            t = 1000.0 + 0.02 * k + (late_s if k >= 10 else 0.0)
+            start = t + (late_s if r == 1 and k == 10 else 0.0)
+            end = t + (late_s if k == 10 else 0.0) + 0.001
+            recs.append(
+                CollectiveRecord(
+                    "0", k, "all_reduce", ((4,),), ("float32",), start, end,
+                    CallState.COMPLETED, "train.py:1",
+                )
+            )  # fmt: skip
+        base = _input(r, 0.02, 0.001)
+        out.append(replace(base, collectives=tuple(recs)))
+    return out
+
+
+def test_the_judge_alerts_a_late_collective_from_the_heartbeats() -> None:
+    found = group_findings(_with_collectives(0.1), T)
+    late = [f for f in found if f.kind is FindingKind.COLLECTIVE_LATENCY]
+    assert [f.ranks for f in late] == [(1,)] and not any(
+        f.kind is FindingKind.STRAGGLER for f in found
+    )
+    (alert,) = finding_alerts(late, 5.0, "job")
+    assert (alert.rule, alert.severity, alert.rank) == ("collective_latency", "warning", 1)
+    assert alert.message == (
+        "g/pg 0: rank 1 entered all_reduce #10 100 ms after the first rank; ranks 0,2 waited for it"
+    )
+    assert group_findings(_with_collectives(0.0), T) == []  # on time: nothing
 
 
 # --------------------------------------------------------------------- the straggler's phase

@@ -1,9 +1,10 @@
 """The monitor's findings as alerts: pure, no Ray, no I/O.
 
-Which findings become alerts (`SEVERITY`), one alert per finding (`finding_alerts`), the
-cross-rank rules over the hub's heartbeat summaries (`group_findings`: stragglers and loss
-disagreement, what one rank cannot see alone), and `AlertGate`, which decides what to raise
-now, what to hold back within the cooldown, and what stopped holding (resolved).
+Which findings become alerts (`SEVERITY`, `alerted`), one alert per finding (`finding_alerts`),
+the cross-rank rules over the hub's heartbeat summaries (`group_findings`: stragglers, loss
+disagreement and collective latency, what one rank cannot see alone), and `AlertGate`, which
+decides what to raise now, what to hold back within the cooldown, and what stopped holding
+(resolved).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from dataclasses import dataclass
 
 from rankscope.alerts.model import Alert
 from rankscope.monitor.analysis import loss_levels_disagree
+from rankscope.monitor.collectives import align, latency_findings
 from rankscope.monitor.model import Finding, FindingKind, Thresholds
 from rankscope.monitor.straggler import straggler_scores
 from rankscope.monitor.view import RankInput, arrivals
 
-__all__ = ["ONCE", "SEVERITY", "AlertGate", "finding_alerts", "group_findings"]
+__all__ = ["ONCE", "SEVERITY", "AlertGate", "alerted", "finding_alerts", "group_findings"]
 
 SEVERITY = {
     FindingKind.NON_FINITE: "critical",
@@ -26,14 +28,22 @@ SEVERITY = {
     FindingKind.LOSS_DISAGREEMENT: "error",
     FindingKind.STRAGGLER: "warning",
     FindingKind.LOSS_SPIKE: "warning",
+    FindingKind.THROUGHPUT_DRIFT: "warning",
+    FindingKind.COLLECTIVE_LATENCY: "warning",
 }
 """The findings that become alerts, and how bad each is. Memory has the alerts feature's own
-rules; throughput drift and oscillation stay in `rankscope monitor` and `top` (on a shared
-machine they are noisy, and an alert makes `rankscope alerts` exit 1)."""
+rules; oscillation, and throughput that rises or only fluctuates, stay in `rankscope monitor`
+and `top` (on a shared machine they are noisy, and an alert makes `rankscope alerts` exit 1)."""
 ONCE = frozenset({FindingKind.NON_FINITE, FindingKind.LOSS_SPIKE})
 """Events at one step: raised once per step, never repeated nor resolved."""
 MAX_CHARS = 240
 MAX_KEYS = 1000
+
+
+def alerted(f: Finding) -> bool:
+    """Whether this finding becomes an alert: its kind is alerted, and a throughput drift is a
+    drop (its value, the change, below 0; a rise or a fluctuation's spread is above)."""
+    return f.kind in SEVERITY and not (f.kind is FindingKind.THROUGHPUT_DRIFT and f.value >= 0)
 
 
 def finding_alerts(findings: Iterable[Finding], now: float, job_id: str = "") -> list[Alert]:
@@ -44,7 +54,7 @@ def finding_alerts(findings: Iterable[Finding], now: float, job_id: str = "") ->
     out = []
     for f in findings:
         severity = SEVERITY.get(f.kind)
-        if severity is None:
+        if severity is None or not alerted(f):
             continue
         out.append(
             Alert(
@@ -61,10 +71,13 @@ def finding_alerts(findings: Iterable[Finding], now: float, job_id: str = "") ->
 
 
 def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[Finding]:
-    """Stragglers and loss disagreement within each group, from the heartbeat summaries.
+    """Stragglers, loss disagreement and collective latency within each group, from the
+    heartbeat summaries.
 
     A summary carries medians of the recent steps, so the straggler score here is the relative
     one (and the last-arrival share): `rankscope monitor` also scores a rank against its own best.
+    The latency rules (a late arrival, a slow collective) see the collectives the heartbeats
+    carry (the hang summary's last 16 a rank), so a late arrival is seen for a few seconds.
     """
     groups: dict[str, list[RankInput]] = {}
     for i in inputs:
@@ -99,6 +112,8 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
         found += [
             _in(f, group) for f in loss_levels_disagree(levels, thresholds, "over its recent steps")
         ]
+        alignment = align({m.rank: m.collectives for m in members if m.collectives})
+        found += latency_findings(alignment, group, thresholds.collective_latency_s)
     return found
 
 

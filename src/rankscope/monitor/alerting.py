@@ -20,7 +20,7 @@ from rankscope.alerts.judge import FALLBACK_RANKS, judges_group
 from rankscope.alerts.model import AlertSettings
 from rankscope.alerts.rules import publish
 from rankscope.context import get_context
-from rankscope.monitor.alert_rules import SEVERITY, AlertGate, finding_alerts, group_findings
+from rankscope.monitor.alert_rules import AlertGate, alerted, finding_alerts, group_findings
 from rankscope.monitor.model import Finding, Thresholds
 
 __all__ = ["judge_group", "raise_local"]
@@ -47,7 +47,7 @@ def _gate(name: str) -> AlertGate:
 
 
 def _raise(gate: AlertGate, findings: Sequence[Finding]) -> None:
-    kept = [f for f in findings if f.kind in SEVERITY]
+    kept = [f for f in findings if alerted(f)]
     now = time.time()
     alerts = finding_alerts(kept, now, get_context().job_id or "")
     new, resolved = gate.update(alerts, now, [f.step for f in kept])
