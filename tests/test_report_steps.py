@@ -99,3 +99,20 @@ def test_after_the_job_ended_the_report_charts_each_ranks_loss(cluster, tmp_path
     assert [s["rank"] for s in remote.series] == [0, 1]
     assert remote.series[1]["samples"][-1][0] == 300
     assert "run directory's step files" in remote.series_from
+
+
+def test_past_64_ranks_the_odd_ranks_whole_series_are_analysed():
+    """4,096 ranks' detectors over every point would take 30 s: only the odd ranks' are read
+    whole, and the rank whose loss diverges is still the one named."""
+    loss = [2.0 - 0.005 * i for i in range(60)] + [1.7 + 0.03 * i for i in range(60)]
+    docs = [
+        {"kind": "rankscope.steps", "rank": r, "group": "g", "stride": 4,
+         "columns": ["step", "t", "loss", "tokens", "grad_norm"],
+         "rows": [[4 * i + 4, 10.0 + i, loss[i] if r == 77 else 2.0 - 0.005 * min(i, 59) + 1e-4 * r,
+                   400, 1.0] for i in range(120)]}
+        for r in range(100)
+    ]  # fmt: skip
+    series, health, _ = series_from_docs(docs)
+    assert len(series) == 100 and len(series[77]["samples"]) == 120  # charts get every point
+    named = {(f["kind"], tuple(f["ranks"])) for h in health for f in h["findings"]}
+    assert ("loss_divergence", (77,)) in named

@@ -61,40 +61,51 @@ def series_from_docs(
     docs: Iterable[dict[str, Any]],
 ) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], int]:
     """The report's series and the monitor's findings over them (as `trends.monitor_data` makes
-    from the live series), and the coarsest stride (1: every step kept)."""
-    from rankscope.monitor.model import NonFinite, RankSeries, StepSample
-    from rankscope.report.trends import monitor_data
+    from the live series: past 64 ranks only the odd ranks' whole series are analysed), and the
+    coarsest stride (1: every step kept)."""
+    import numpy as np
 
-    ranks, stride = [], 1
+    from rankscope.monitor.model import NonFinite, RankSeries, StepSample
+    from rankscope.report.trends import SCREENED, _table, _window, findings_over, odd_ones
+
+    kept, stride = [], 1
     for doc in docs:
         columns = doc.get("columns") or []
-        at = {c: columns.index(c) for c in ("step", "t", "loss", "tokens", "grad_norm")}
+        at = [columns.index(c) for c in ("step", "t", "loss", "tokens", "grad_norm")]
+        rows = [[row[i] for i in at] for row in doc.get("rows") or ()]
+        rank = doc.get("rank")
+        kept.append((-1 if rank is None else int(rank), str(doc.get("group") or ""), rows, doc))
+        stride = max(stride, int(doc.get("stride") or 1))
+    kept.sort(key=lambda k: (k[1], k[0]))
+    tables = [_table(rows) for _, _, rows, _ in kept]
+    whole = odd_ones(tables) if len(kept) > 2 * SCREENED else None
+    window = _window()
+    analysed = []
+    for i, (rank, group, _, doc) in enumerate(kept):
+        a = tables[i] if whole is None or i in whole else tables[i][-window:]
         samples = tuple(
-            StepSample(
-                int(row[at["step"]]),
-                float(row[at["t"]]),
-                _number(row[at["loss"]]),
-                _number(row[at["tokens"]]),
-                _number(row[at["grad_norm"]]),
-            )
-            for row in doc.get("rows") or ()
+            StepSample(int(r[0]), r[1], _number(r[2]), _number(r[3]), _number(r[4]))
+            for r in a.tolist()
         )
         bad = doc.get("first_nonfinite")
-        rank = doc.get("rank")
-        ranks.append(
+        analysed.append(
             RankSeries(
-                rank=-1 if rank is None else int(rank),
-                group=str(doc.get("group") or ""),
-                node=str(doc.get("node") or ""),
-                role="",
-                samples=samples,
+                rank,
+                group,
+                str(doc.get("node") or ""),
+                "",
+                samples,
                 first_nonfinite=NonFinite(**bad) if isinstance(bad, dict) else None,
             )
         )
-        stride = max(stride, int(doc.get("stride") or 1))
-    series, health = monitor_data(sorted(ranks, key=lambda s: (s.group, s.rank)))
-    return series, health, stride
+    data = tuple(
+        {"rank": rank, "group": group, "samples": np.asarray(table).tolist()}
+        for (rank, group, _, _), table in zip(kept, tables, strict=True)
+    )
+    return data, findings_over(analysed), stride
 
 
-def _number(value: Any) -> float | None:
-    return None if value is None else float(value)  # NaN stays: the loss went non-finite
+def _number(value: float) -> float | None:
+    """None for a number not given (NaN in the table); a loss that went NaN is in
+    `first_nonfinite`."""
+    return None if value != value else value

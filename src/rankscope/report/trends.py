@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from rankscope.monitor.model import RankSeries
 from rankscope.report.layout import MAX_POINTS, MAX_SERIES
 from rankscope.report.model import Chart, RunData, Section, Series
 
-__all__ = ["monitor_data", "trends_section"]
+__all__ = ["findings_over", "monitor_data", "odd_ones", "trends_section"]
 
 LOSS_KINDS = frozenset(
     ("loss_spike", "loss_oscillation", "loss_divergence", "loss_disagreement", "non_finite")
@@ -31,6 +32,8 @@ RATE_KINDS = frozenset(("straggler", "throughput_drift"))
 MAX_NAMED = 4
 """Ranks drawn apart in red at most (beside min/median/max when there are many ranks)."""
 LIVE = "the last steps each rank keeps, live"
+SCREENED = 32
+"""Ranks whose whole series the monitor's per-rank detectors read, past 64 ranks."""
 SMOOTH = 5
 """Throughput is drawn as the running median of this many steps (one step's rate is noisy)."""
 
@@ -39,23 +42,69 @@ def monitor_data(
     ranks: Sequence[RankSeries],
 ) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
     """The ranks' series as the report keeps them, and the monitor's findings over them (the
-    same as `rankscope monitor`'s)."""
+    same as `rankscope monitor`'s; past `2 x SCREENED` ranks, see `odd_ones`)."""
+    kept = [s for s in ranks if s.samples or s.first_nonfinite]
+    rows = [
+        [[x.step, x.t, _float(x.loss), _float(x.tokens), _float(x.grad_norm)] for x in s.samples]
+        for s in kept
+    ]
+    data = tuple(
+        {"rank": s.rank, "group": s.group, "samples": r} for s, r in zip(kept, rows, strict=True)
+    )
+    whole = odd_ones([_table(r) for r in rows]) if len(kept) > 2 * SCREENED else None
+    window = _window()
+    analysed = [
+        s if whole is None or i in whole else replace(s, samples=s.samples[-window:])
+        for i, s in enumerate(kept)
+    ]
+    return data, findings_over(analysed)
+
+
+def findings_over(series: Sequence[RankSeries]) -> tuple[dict[str, Any], ...]:
     from rankscope.monitor.analysis import analyze
     from rankscope.serialize import plain
 
-    kept = [s for s in ranks if s.samples or s.first_nonfinite]
-    data = tuple(
-        {
-            "rank": s.rank,
-            "group": s.group,
-            "samples": [
-                [x.step, x.t, _float(x.loss), _float(x.tokens), _float(x.grad_norm)]
-                for x in s.samples
-            ],
-        }
-        for s in kept
-    )
-    return data, ({"findings": plain(analyze(kept))},)
+    return ({"findings": plain(analyze(series))},)
+
+
+def odd_ones(tables: Sequence[np.ndarray]) -> set[int]:
+    """The ranks (indexes of `tables`: [[step, time, loss, tokens, grad_norm]]) whose whole
+    series the monitor's per-rank detectors read: the `SCREENED` whose loss, and the
+    `SCREENED / 2` whose seconds per step, are farthest from the median rank's (relative, at
+    any step). The others give their last `Thresholds.loss_window` steps, all that the
+    cross-rank tests (loss disagreement, stragglers) read: the per-rank detectors (spikes,
+    oscillation, divergence, drift) cost ~8 ms a rank of 128 points, 30 s at 4,096 ranks."""
+    chosen: set[int] = set()
+    for column, count in ((2, SCREENED), (-1, SCREENED // 2)):
+        curves = {}
+        for i, a in enumerate(tables):
+            if len(a) < 2:
+                continue
+            if column == -1:  # seconds per step
+                y = np.diff(a[:, 1]) / np.maximum(np.diff(a[:, 0]), 1)
+                xy = np.column_stack([a[1:, 0], y])
+            else:
+                xy = a[:, [0, column]]
+            xy = xy[np.isfinite(xy[:, 1])]
+            if len(xy) >= 2:
+                curves[i] = xy
+        if len(curves) < 3:
+            continue
+        grid = np.unique(np.concatenate([xy[:, 0] for xy in curves.values()]))
+        if len(grid) > MAX_POINTS:
+            grid = grid[np.unique(np.linspace(0, len(grid) - 1, MAX_POINTS).astype(int))]
+        values = np.vstack([np.interp(grid, xy[:, 0], xy[:, 1]) for xy in curves.values()])
+        mid = np.median(values, axis=0)
+        far = np.max(np.abs(values - mid) / np.maximum(np.abs(mid), 1e-12), axis=1)
+        keys = list(curves)
+        chosen.update(keys[j] for j in np.argsort(-far)[:count])
+    return chosen
+
+
+def _window() -> int:
+    from rankscope.monitor.model import Thresholds
+
+    return Thresholds().loss_window
 
 
 def trends_section(data: RunData, now: float) -> Section | None:
