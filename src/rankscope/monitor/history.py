@@ -22,7 +22,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,12 +67,14 @@ class StepHistory:
     last_step: int = -1
     steps_seen: int = 0
 
-    def add(self, rows: Iterable[tuple[int, float, Any, Any, Any]]) -> int:
+    def add(self, rows: Sequence[tuple[int, float, Any, Any, Any]]) -> int:
         """Rows of (step, t, loss, tokens, grad_norm), oldest first; those at or before the
-        last step seen are skipped (the recorder's deque is read whole each time). Returns how
-        many were new."""
-        new = 0
-        for step, t, loss, tokens, grad_norm in rows:
+        last step seen are skipped (the recorder's deque is read whole each time: the new ones
+        are found from the end). Returns how many were new."""
+        new, start = 0, len(rows)
+        while start > 0 and rows[start - 1][0] > self.last_step:
+            start -= 1
+        for step, t, loss, tokens, grad_norm in rows[start:]:
             if step <= self.last_step:
                 continue
             self.last_step = step
@@ -135,7 +137,7 @@ class HistoryWriter:
         self._atexit = False
 
     def on_heartbeat(
-        self, rows: Iterable[tuple[int, float, Any, Any, Any]], first_nonfinite: Any = None
+        self, rows: Sequence[tuple[int, float, Any, Any, Any]], first_nonfinite: Any = None
     ) -> None:
         """Take the recorder's new rows; write when due, or when the steps stopped."""
         try:
