@@ -116,3 +116,16 @@ def test_past_64_ranks_the_odd_ranks_whole_series_are_analysed():
     assert len(series) == 100 and len(series[77]["samples"]) == 120  # charts get every point
     named = {(f["kind"], tuple(f["ranks"])) for h in health for f in h["findings"]}
     assert ("loss_divergence", (77,)) in named
+
+
+def test_the_files_table_folds_the_step_files_into_one_line():
+    from rankscope.report.model import RunData
+    from rankscope.report.sections import files_section
+
+    files = (("events.jsonl", 900), *((f"steps-rank{r}.json", 8000) for r in range(4096)))
+    section = files_section(RunData("j", "d", files=(*files, ("trace-1.json", 5))), 0.0)
+    assert section is not None and section.summary == "4098 files"
+    rows = section.tables[0].rows
+    assert [r[0] for r in rows] == [
+        "events.jsonl", "trace-1.json", "steps-*.json (4,096 files, one per rank)"
+    ]  # fmt: skip

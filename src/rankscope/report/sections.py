@@ -188,12 +188,20 @@ def files_section(data: RunData, now: float) -> Section | None:
     """Every file the run left, and how to open it (traces in Perfetto)."""
     if not data.files:
         return None
-    rows = tuple((name, human_bytes(size), _opened_with(name)) for name, size in data.files)
+    steps = [size for name, size in data.files if name.startswith("steps-")]
+    rows = tuple(
+        (name, human_bytes(size), _opened_with(name))
+        for name, size in data.files
+        if not name.startswith("steps-")
+    )
+    if steps:  # one per rank: one line, so the other files stay in view
+        what = f"steps-*.json ({len(steps):,} files, one per rank)"
+        rows += ((what, human_bytes(sum(steps)), "rankscope report (loss charts above)"),)
     return Section(
         "files",
         "Files of the run",
         (),
-        f"{len(rows)} files",
+        f"{len(data.files)} files",
         (Table(("file", "size", "open with"), rows[-MAX_ROWS:]),),
     )
 
