@@ -156,3 +156,52 @@ def test_follow_reads_ray_out_files_on_and_only_their_tail(tmp_path, monkeypatch
     third, offsets = read(offsets)
     assert third == ["0123456789"]  # the tail, without the line it cuts
     assert read(offsets)[0] == []
+
+
+def test_folds_made_per_file_merge_into_the_folds_of_all_lines():
+    """What a node sends without --raw (each file folded, then merged) equals folding every
+    line at once when each file's lines fall in the same windows; a fold that starts more than
+    the window after another of its template stays apart."""
+    from rankscope.logs.analysis import fold_partials, merge_folds
+
+    files = [
+        [_line(10.0 + r * 0.01, r, f"loss={v:.3f}"), _line(10.5 + r * 0.01, r, "slow", "WARNING")]
+        for r, v in enumerate([0.52, 0.31, 0.4, 0.45])
+    ]
+    files[2].append(_line(30.0, 2, "loss=0.9"))
+    files.append([LogLine(11.0, "loss=0.1", pid=55)])  # no rank: by pid
+    expected = fold_lines(merge_lines(files))
+    assert merge_folds([fold_partials(f) for f in files]) == expected
+    assert [(f.text, f.ranks, f.pids, f.count) for f in expected] == [
+        ("loss=0.1..0.520", (0, 1, 2, 3), (55,), 5),
+        ("slow", (0, 1, 2, 3), (), 4),
+        ("loss=0.9", (2,), (), 1),
+    ]
+
+
+def test_a_node_folds_its_files_as_the_cli_folds_their_lines(tmp_path, monkeypatch):
+    """`read_node(fold=True)` (no --raw): the same folds, filters applied, from 3 files; foreign
+    and half-written lines skipped as when reading lines."""
+    import json
+
+    from rankscope.logs.analysis import fold_partials, merge_folds
+    from rankscope.logs.reader import read_node
+
+    monkeypatch.setenv("RANKSCOPE_LOG_DIR", str(tmp_path))
+    (tmp_path / "job").mkdir()
+    for rank in range(3):
+        records = [
+            {"time": 100.0 + (i // 6) * 10 + (i % 6) * 0.5 + rank * 0.01,  # windows 10 s apart
+             "message": f"loss={i / (rank + 1):.3f} step {i}",
+             "level": "WARNING" if i % 7 == 0 else "INFO", "pid": 7 + rank, "rank": rank}
+            for i in range(40)
+        ]  # fmt: skip
+        text = "".join(json.dumps(r) + "\n" for r in records) + "not json\n" + '{"message"'
+        (tmp_path / "job" / f"{7 + rank}.jsonl").write_text(text)
+    for log_filter in (LogFilter(), LogFilter(frozenset({0, 2}), "WARNING", r"step [12]")):
+        lines = read_node("job", {}, log_filter, 10**6, std_files=False)
+        folded = read_node("job", {}, log_filter, 10**6, std_files=False, fold=True)
+        assert folded.lines == () and folded.offsets == lines.offsets
+        expected = fold_lines(merge_lines([lines.lines]))
+        assert merge_folds([folded.folds]) == expected and expected
+        assert merge_folds([fold_partials(merge_lines([lines.lines]))]) == expected

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rankscope.errors import UserError
-from rankscope.logs.model import LEVEL_NUMBERS, FoldedLine, LogLine
+from rankscope.logs.model import LEVEL_NUMBERS, FoldedLine, LogLine, PartialFold
 
 __all__ = [
     "FOLD_WINDOW_S",
     "NUMBER",
+    "Folder",
     "LogFilter",
     "fold_lines",
+    "fold_partials",
+    "fold_result",
+    "merge_folds",
     "merge_lines",
     "parse_duration",
     "spread_text",
@@ -104,18 +108,29 @@ class LogFilter:
     def keeps(self, line: LogLine, pattern: re.Pattern[str] | None = None) -> bool:
         """True when the line passes every filter; lines without a level pass `--level`
         only when they come from stderr (tracebacks and warnings land there)."""
-        if self.ranks is not None and line.rank not in self.ranks:
+        return self.keeps_fields(
+            line.rank, line.time, line.level, line.source, line.message, pattern
+        )
+
+    def keeps_fields(
+        self,
+        rank: int | None,
+        time: float,
+        level: str,
+        source: str,
+        message: str,
+        pattern: re.Pattern[str] | None = None,
+    ) -> bool:
+        """`keeps` on a line's fields (a node folding lines builds no `LogLine` per line)."""
+        if self.ranks is not None and rank not in self.ranks:
             return False
-        cutoff = self.cutoff
-        if cutoff is not None and line.time < cutoff:
+        if self.since is not None and time < self.now - self.since:
             return False
         if self.min_level is not None:
             floor = level_number(self.min_level)
-            if line.source == "stdout" or (
-                line.source in ("log", "summary") and level_number(line.level) < floor
-            ):
+            if source == "stdout" or (source in ("log", "summary") and level_number(level) < floor):
                 return False
-        return pattern is None or pattern.search(line.message) is not None
+        return pattern is None or pattern.search(message) is not None
 
     def pattern(self) -> re.Pattern[str] | None:
         return None if self.grep is None else re.compile(self.grep)
@@ -134,47 +149,65 @@ def _order(line: LogLine) -> tuple[float, int, int]:
 def fold_lines(lines: Sequence[LogLine], window_s: float = FOLD_WINDOW_S) -> list[FoldedLine]:
     """Lines of one (level, template, source) within `window_s` of the first fold into one,
     with the ranks that logged them and each number's spread; `lines` in time order."""
-    open_folds: dict[tuple[str, str, str], _Fold] = {}
-    done: list[_Fold] = []
+    return [fold_result(f) for f in fold_partials(lines, window_s)]
+
+
+def fold_partials(lines: Sequence[LogLine], window_s: float = FOLD_WINDOW_S) -> list[PartialFold]:
+    """`fold_lines` before the result: folds that `merge_folds` can merge with others."""
+    folder = Folder(window_s)
     for line in lines:
-        template, numbers = template_of(line.message)
-        key = (line.level, template, line.source)
-        fold = open_folds.get(key)
+        folder.add(line)
+    return folder.partials()
+
+
+class Folder:
+    """Folds lines given in time order (one file's, or a merged stream) into `PartialFold`s."""
+
+    def __init__(self, window_s: float = FOLD_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._open: dict[tuple[str, str, str], PartialFold] = {}
+        self._done: list[PartialFold] = []
+
+    def add(self, line: LogLine) -> None:
+        self.add_fields(line.time, line.message, line.level, line.source, line.rank, line.pid, line)
+
+    def add_fields(
+        self,
+        time: float,
+        message: str,
+        level: str,
+        source: str,
+        rank: int | None,
+        pid: int,
+        line: LogLine | Callable[[], LogLine],
+    ) -> None:
+        """One line by its fields; `line` (or a function making it) is kept only when the
+        line starts a fold, so a node folding many lines builds one `LogLine` per fold."""
+        template, numbers = template_of(message)
+        key = (level, template, source)
+        fold = self._open.get(key)
         if (
             fold is None
-            or line.time - fold.first.time > window_s
+            or time - fold.first.time > self.window_s
             or len(fold.numbers) != len(numbers)
         ):
             if fold is not None:
-                done.append(fold)
-            fold = open_folds[key] = _Fold(line, template, len(numbers))
-        fold.add(line, numbers)
-    done.extend(open_folds.values())
-    done.sort(key=lambda f: (f.first.time, f.first.pid, f.first.seq))
-    return [f.result() for f in done]
-
-
-class _Fold:
-    def __init__(self, first: LogLine, template: str, slots: int) -> None:
-        self.first = first
-        self.template = template
-        self.last_time = first.time
-        self.ranks: set[int] = set()
-        self.pids: set[int] = set()
-        self.count = 0
-        self.numbers: list[list[Any]] = [[] for _ in range(slots)]
-        """Per number slot: [low value, its text, high value, its text]."""
-
-    def add(self, line: LogLine, numbers: tuple[str, ...]) -> None:
-        self.count += 1
-        if line.time > self.last_time:
-            self.last_time = line.time
-        if line.rank is not None:
-            self.ranks.add(line.rank)
+                self._done.append(fold)
+            first = line if isinstance(line, LogLine) else line()
+            fold = PartialFold(first, template, time, set(), set(), 0, [[] for _ in numbers])
+            self._open[key] = fold
+        fold.count += 1
+        if time > fold.last_time:
+            fold.last_time = time
+        if rank is not None:
+            fold.ranks.add(rank)
         else:
-            self.pids.add(line.pid)
-        for slot, text in zip(self.numbers, numbers, strict=False):
-            value = _value(text)
+            fold.pids.add(pid)
+        for slot, text in zip(fold.numbers, numbers, strict=False):
+            try:  # inline, not `_value`: once per number of every line folded
+                value = float(text)
+            except ValueError:
+                value = 0.0
             if not slot:
                 slot.extend((value, text, value, text))
             elif value < slot[0]:
@@ -182,20 +215,84 @@ class _Fold:
             elif value > slot[2]:
                 slot[2], slot[3] = value, text
 
-    def result(self) -> FoldedLine:
-        spreads = [_spread(slot) for slot in self.numbers]
-        return FoldedLine(
-            time=self.first.time,
-            last_time=self.last_time,
-            level=self.first.level,
-            text=spread_text(self.template, spreads) if self.count > 1 else self.first.message,
-            template=self.template,
-            ranks=tuple(sorted(self.ranks)),
-            pids=tuple(sorted(self.pids)),
-            count=self.count,
-            source=self.first.source,
-            exc=self.first.exc,
-        )
+    def partials(self) -> list[PartialFold]:
+        """Every fold so far, in order of their first line."""
+        done = self._done + list(self._open.values())
+        done.sort(key=_first_order)
+        return done
+
+
+def _first_order(fold: PartialFold) -> tuple[float, int, int]:
+    return (fold.first.time, fold.first.pid, fold.first.seq)
+
+
+def merge_folds(
+    streams: Iterable[Sequence[PartialFold]], window_s: float = FOLD_WINDOW_S
+) -> list[FoldedLine]:
+    """Partial folds of many files and nodes as one fold list: a partial fold whose first line
+    is within `window_s` of an open fold of its key joins it (so a fold spans up to twice the
+    window when its lines were folded apart), in order of first lines."""
+    folds = sorted((f for s in streams for f in s), key=_first_order)
+    open_folds: dict[tuple[str, str, str], PartialFold] = {}
+    done: list[PartialFold] = []
+    for fold in folds:
+        key = (fold.first.level, fold.template, fold.first.source)
+        into = open_folds.get(key)
+        if (
+            into is None
+            or fold.first.time - into.first.time > window_s
+            or len(into.numbers) != len(fold.numbers)
+        ):
+            if into is not None:
+                done.append(into)
+            open_folds[key] = _copy(fold)
+            continue
+        into.count += fold.count
+        into.last_time = max(into.last_time, fold.last_time)
+        into.ranks |= fold.ranks
+        into.pids |= fold.pids
+        for slot, other in zip(into.numbers, fold.numbers, strict=True):
+            if not other:
+                continue
+            if not slot:
+                slot.extend(other)
+                continue
+            if other[0] < slot[0]:
+                slot[0], slot[1] = other[0], other[1]
+            if other[2] > slot[2]:
+                slot[2], slot[3] = other[2], other[3]
+    done.extend(open_folds.values())
+    done.sort(key=_first_order)
+    return [fold_result(f) for f in done]
+
+
+def _copy(fold: PartialFold) -> PartialFold:
+    return PartialFold(
+        fold.first,
+        fold.template,
+        fold.last_time,
+        set(fold.ranks),
+        set(fold.pids),
+        fold.count,
+        [list(slot) for slot in fold.numbers],
+    )
+
+
+def fold_result(fold: PartialFold) -> FoldedLine:
+    first = fold.first
+    spreads = [_spread(slot) for slot in fold.numbers]
+    return FoldedLine(
+        time=first.time,
+        last_time=fold.last_time,
+        level=first.level,
+        text=spread_text(fold.template, spreads) if fold.count > 1 else first.message,
+        template=fold.template,
+        ranks=tuple(sorted(fold.ranks)),
+        pids=tuple(sorted(fold.pids)),
+        count=fold.count,
+        source=first.source,
+        exc=first.exc,
+    )
 
 
 def _value(text: str) -> float:

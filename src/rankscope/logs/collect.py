@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankscope.logs.analysis import LogFilter, fold_lines, merge_lines
+from rankscope.logs.analysis import LogFilter, fold_partials, merge_folds, merge_lines
 from rankscope.logs.gone import gone_node_logs
 from rankscope.logs.model import FoldedLine, LogLine, NodeLogs
 from rankscope.runtime.client import HubClient
@@ -47,15 +47,15 @@ def read_job_logs(
     job_id: str, probes: list[ProbeStatus], log_filter: LogFilter, *, raw: bool
 ) -> JobLogs:
     """Read on every live node (one task per node address: nodes that share a machine share
-    its files), add what the hub last heard from ranks on nodes that are gone, merge, and fold
-    unless `raw`."""
+    its files) and add what the hub last heard from ranks on nodes that are gone; unless `raw`,
+    each node folds its files' lines and only the folds are merged here."""
     import ray
 
     from rankscope.logs.reader import read_node_remote
 
     targets = _node_targets(probes, ray.nodes())
     refs = {
-        ip: read_node_remote(node_id, job_id, pids, log_filter, MAX_LINES_PER_NODE)
+        ip: read_node_remote(node_id, job_id, pids, log_filter, MAX_LINES_PER_NODE, fold=not raw)
         for ip, (node_id, pids) in targets.items()
     }
     results: list[NodeLogs] = []
@@ -66,11 +66,14 @@ def read_job_logs(
         except Exception as exc:
             errors.append(f"node {ip}: could not read its logs: {type(exc).__name__}")
     gone_lines, notes = gone_node_logs(probes, set(targets), log_filter)
-    merged = merge_lines([*(r.lines for r in results), gone_lines])
+    if raw:
+        lines, folds = merge_lines([*(r.lines for r in results), gone_lines]), []
+    else:  # each node folded its files' lines: merge those folds (and the gone ranks')
+        lines, folds = [], merge_folds([*(r.folds for r in results), fold_partials(gone_lines)])
     return JobLogs(
         job_id=job_id,
-        folds=() if raw else tuple(fold_lines(merged)),
-        lines=tuple(merged) if raw else (),
+        folds=tuple(folds),
+        lines=tuple(lines),
         files=sum(len(r.files) for r in results),
         skipped=sum(r.skipped for r in results),
         errors=tuple(errors + [e for r in results for e in r.errors]),

@@ -7,7 +7,7 @@ import operator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["FoldedLine", "LogLine", "NodeLogs", "TemplateStat"]
+__all__ = ["FoldedLine", "LogLine", "NodeLogs", "PartialFold", "TemplateStat"]
 
 LEVEL_NUMBERS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
 """The stdlib's level numbers by name; stdout/stderr lines of Ray's files have no level."""
@@ -84,6 +84,22 @@ class FoldedLine:
         return " + ".join(parts) or "?"
 
 
+@dataclass(slots=True)
+class PartialFold:
+    """A fold being built where the lines are (per file, on their node), mergeable with the
+    folds of other files and nodes (`analysis.merge_folds`): `rankscope logs` sends these to
+    the CLI instead of every line."""
+
+    first: LogLine
+    template: str
+    last_time: float
+    ranks: set[int]
+    pids: set[int]
+    count: int
+    numbers: list[list[Any]]
+    """Per number slot: [low value, its text, high value, its text] (empty before a line)."""
+
+
 @dataclass(frozen=True)
 class TemplateStat:
     """One (level, template)'s count in a process, with each number slot's min/max/last."""
@@ -110,3 +126,5 @@ class NodeLogs:
     errors: tuple[str, ...] = ()
     offsets: dict[str, int] = field(default_factory=dict)
     """Each file read (by device and inode) -> the bytes read up to (`--follow` reads on)."""
+    folds: tuple[PartialFold, ...] = ()
+    """Read with `fold=True`: the lines folded per file instead of `lines`."""

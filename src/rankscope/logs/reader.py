@@ -24,9 +24,9 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rankscope.logs.analysis import LogFilter
+from rankscope.logs.analysis import Folder, LogFilter, fold_partials
 from rankscope.logs.files import ROTATE_KEEP, job_log_dir, rotated, worker_std_files
-from rankscope.logs.model import LogLine, NodeLogs
+from rankscope.logs.model import LogLine, NodeLogs, PartialFold
 
 __all__ = ["parse_jsonl_line", "read_node", "read_node_remote"]
 
@@ -44,6 +44,11 @@ def parse_jsonl_line(raw: str, seq: int) -> LogLine | None:
         return None
     if not isinstance(doc, dict) or "message" not in doc:
         return None
+    return line_of(doc, seq)
+
+
+def line_of(doc: dict[str, Any], seq: int) -> LogLine:
+    """The `LogLine` of one parsed record of a rankscope log file."""
     rank = doc.get("rank")
     role, group = doc.get("role"), doc.get("group")
     return LogLine(  # repeated strings interned: one copy each when pickled to the CLI
@@ -72,19 +77,24 @@ def read_node(
     *,
     std_files: bool = True,
     offsets: dict[str, int] | None = None,
+    fold: bool = False,
 ) -> NodeLogs:
     """Every rankscope log file of the job on this node, and Ray's .out/.err of `pids`
     (pid -> rank); filtered, the newest `max_lines` kept. With `offsets` (file key -> bytes
-    read, from the last call's `NodeLogs.offsets`), only complete lines past them."""
+    read, from the last call's `NodeLogs.offsets`), only complete lines past them. With
+    `fold`, each file's lines are folded here (`NodeLogs.folds`, no `lines`): the CLI then
+    gets a few folds instead of every line (`rankscope logs` without `--raw`)."""
     pattern = log_filter.pattern()
     ends: dict[str, int] = {}
     lines: list[LogLine] = []
+    folds: list[PartialFold] = []
     files: list[str] = []
     errors: list[str] = []
     skipped = 0
     hostname = socket.gethostname()
     directory = job_log_dir(job_id)
     for path in sorted(glob.glob(os.path.join(directory, "*.jsonl"))):
+        folder = Folder() if fold else None  # one per file: its lines are in time order
         for part in [rotated(path, n) for n in range(ROTATE_KEEP, 0, -1)] + [path]:
             if not os.path.exists(part):
                 continue
@@ -95,6 +105,9 @@ def read_node(
                     pos = (offsets or {}).get(key, 0)
                     f.seek(pos if pos <= os.fstat(f.fileno()).st_size else 0)  # else truncated
                     pos = f.tell()
+                    if folder is not None:
+                        ends[key] = _fold_jsonl(f, pos, folder, log_filter, pattern)
+                        continue
                     for raw in f:
                         if not raw.endswith(b"\n"):
                             break  # being written: read it whole next time
@@ -106,6 +119,8 @@ def read_node(
                     ends[key] = pos
             except OSError as exc:
                 errors.append(f"{part}: {exc.strerror or exc}")
+        if folder is not None:
+            folds += folder.partials()
     if std_files:
         for pid, rank in sorted(pids.items()):
             for path, source in worker_std_files(pid):
@@ -114,15 +129,52 @@ def read_node(
                     found, (key, end) = _std_lines(
                         path, source, pid, rank, hostname, log_filter, pattern, offsets
                     )
-                    lines += found
                     ends[key] = end
                 except OSError as exc:
                     errors.append(f"{path}: {exc.strerror or exc}")
+                    continue
+                if fold:
+                    folds += fold_partials(found)
+                else:
+                    lines += found
     if len(lines) > max_lines:
         lines.sort(key=lambda ln: (ln.time, ln.pid, ln.seq))
         skipped = len(lines) - max_lines
         lines = lines[skipped:]
-    return NodeLogs(hostname, tuple(lines), tuple(files), skipped, tuple(errors), ends)
+    return NodeLogs(
+        hostname, tuple(lines), tuple(files), skipped, tuple(errors), ends, tuple(folds)
+    )
+
+
+def _fold_jsonl(
+    f: Any, pos: int, folder: Folder, log_filter: LogFilter, pattern: re.Pattern[str] | None
+) -> int:
+    """Fold the complete lines of `f` from `pos` into `folder`; returns the offset read up to.
+    Builds a `LogLine` only for a line that starts a fold."""
+    keeps = log_filter.keeps_fields
+    add = folder.add_fields
+    for raw in f:
+        if not raw.endswith(b"\n"):
+            break  # being written
+        seq = pos
+        pos += len(raw)
+        try:
+            doc = json.loads(raw.decode("utf-8", "replace"))
+            message = str(doc["message"])
+            rank = doc.get("rank")
+            if not isinstance(rank, int):
+                rank = None
+            when = float(doc.get("time") or 0.0)
+            level = str(doc.get("level") or "INFO")
+        except (ValueError, TypeError, KeyError):
+            continue  # not ours, or cut short
+        if keeps(rank, when, level, "log", message, pattern):
+            add(when, message, level, "log", rank, int(doc.get("pid") or 0), _maker(doc, seq))
+    return pos
+
+
+def _maker(doc: dict[str, Any], seq: int) -> Any:
+    return lambda: line_of(doc, seq)
 
 
 def _file_key(f: Any) -> str:
@@ -187,10 +239,12 @@ def _read_on_node(
     pids: dict[int, int | None],
     log_filter: LogFilter,
     max_lines: int,
-    std: bool,
+    how: tuple[bool, bool],
     offsets: dict[str, int] | None,
 ) -> NodeLogs:
-    return read_node(job_id, pids, log_filter, max_lines, std_files=std, offsets=offsets)
+    """`how`: (read Ray's .out/.err, fold on the node)."""
+    std, fold = how
+    return read_node(job_id, pids, log_filter, max_lines, std_files=std, offsets=offsets, fold=fold)
 
 
 def read_node_remote(
@@ -201,9 +255,10 @@ def read_node_remote(
     max_lines: int,
     std_files: bool = True,
     offsets: dict[str, int] | None = None,
+    fold: bool = False,
 ) -> Any:
     """The `read_node` task on `node_id` (an ObjectRef)."""
     strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
     return _read_on_node.options(scheduling_strategy=strategy).remote(
-        job_id, pids, log_filter, max_lines, std_files, offsets
+        job_id, pids, log_filter, max_lines, (std_files, fold), offsets
     )
