@@ -215,6 +215,22 @@ def test_ranks_that_never_mark_steps_are_scored_from_their_collectives() -> None
     assert [f.ranks for f in found] == [(2,)]
 
 
+def test_the_live_judge_scores_unstepped_ranks_from_the_collectives_heartbeats_carry() -> None:
+    from rankscope.monitor.alert_rules import group_findings
+    from rankscope.monitor.view import RankInput
+
+    # each heartbeat carries a rank's last 16 records; the ranks' windows overlap partly
+    stepped = _sync_job({0: 0.030, 1: 0.031, 2: 0.080, 3: 0.030}, 40)
+    last = {0: 30, 1: 34, 2: 36, 3: 40}  # where each rank's last heartbeat cut its records
+    inputs = [
+        RankInput(s.rank, "g", "n", "Worker", s.rank, "alive", None,
+                  s.collectives[last[s.rank] - 16 : last[s.rank]])
+        for s in stepped
+    ]  # fmt: skip
+    found = [f for f in group_findings(inputs, T) if f.kind is FindingKind.STRAGGLER]
+    assert [f.ranks for f in found] == [(2,)] and "over the window" in found[0].evidence
+
+
 def test_a_collective_entered_100ms_late_names_the_group_and_the_rank() -> None:
     series = _sync_job({0: 0.010, 1: 0.010}, 30, late={1: 0.1})
     found = [f for f in analysis.analyze(series) if f.kind is FindingKind.COLLECTIVE_LATENCY]

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from rankscope.alerts.model import Alert
 from rankscope.monitor.analysis import loss_levels_disagree
-from rankscope.monitor.collectives import align, latency_findings
+from rankscope.monitor.collectives import align, latency_findings, window_as_one_step
 from rankscope.monitor.model import Finding, FindingKind, Thresholds
-from rankscope.monitor.straggler import straggler_scores
+from rankscope.monitor.straggler import StragglerScore, straggler_scores
 from rankscope.monitor.view import RankInput, arrivals
 
 __all__ = ["ONCE", "SEVERITY", "AlertGate", "alerted", "finding_alerts", "group_findings"]
@@ -80,10 +80,16 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
     carry (the hang summary's last 16 a rank), so a late arrival is seen for a few seconds.
     """
     groups: dict[str, list[RankInput]] = {}
+    unstepped: dict[str, list[RankInput]] = {}
     for i in inputs:
         if i.state == "alive" and i.summary is not None and i.summary.step_s > 0:
             groups.setdefault(i.group, []).append(i)
+        elif i.state == "alive" and i.collectives:
+            unstepped.setdefault(i.group, []).append(i)
     found: list[Finding] = []
+    for group, members in sorted(unstepped.items()):
+        if group not in groups:  # nobody marks steps (a client left unchanged): the collectives
+            found += _stragglers(group, window_scores(members, thresholds))
     for group, members in sorted(groups.items()):
         scores = straggler_scores(
             {m.rank: [m.summary.step_s] for m in members if m.summary},
@@ -91,19 +97,7 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
             *arrivals(members),
             threshold=thresholds.straggler,
         )
-        found += [
-            Finding(
-                FindingKind.STRAGGLER,
-                (s.rank,),
-                None,
-                s.why,
-                "see where that rank spends the time (`rankscope monitor`, tracing)",
-                group=group,
-                value=s.relative,
-            )
-            for s in scores
-            if s.is_straggler
-        ]
+        found += _stragglers(group, scores)
         levels = {
             m.rank: m.summary.loss_level
             for m in members
@@ -115,6 +109,37 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
         alignment = align({m.rank: m.collectives for m in members if m.collectives})
         found += latency_findings(alignment, group, thresholds.collective_latency_s)
     return found
+
+
+def window_scores(members: Sequence[RankInput], thresholds: Thresholds) -> list[StragglerScore]:
+    """Scores from the last collectives each heartbeat carries, over the calls every rank's
+    summary still holds, for ranks that never call `rankscope.step()`."""
+    alignment = align({m.rank: m.collectives for m in members})
+    step_s, wait_s = window_as_one_step(alignment)
+    return straggler_scores(
+        step_s,
+        wait_s,
+        alignment.last_arrivals,
+        alignment.count,
+        threshold=thresholds.straggler,
+        unit="over the window",
+    )
+
+
+def _stragglers(group: str, scores: Iterable[StragglerScore]) -> list[Finding]:
+    return [
+        Finding(
+            FindingKind.STRAGGLER,
+            (s.rank,),
+            None,
+            s.why,
+            "see where that rank spends the time (`rankscope monitor`, tracing)",
+            group=group,
+            value=s.relative,
+        )
+        for s in scores
+        if s.is_straggler
+    ]
 
 
 def _in(f: Finding, group: str) -> Finding:
