@@ -95,10 +95,11 @@ def test_top_json_lists_every_rank_worst_first(monitored):
 
 
 def test_alerts_name_the_straggler_and_the_nan_rank_and_post_them(monitored, hook):
-    """Rank 1's first NaN (its own alert) and rank 2 the straggler (judged by the group's rank 0
-    from the heartbeats, every 10 s) are active alerts, in `rankscope status`, and POSTed."""
+    """Rank 1's first NaN (its own alert), rank 2 the straggler (judged by the group's rank 0
+    from the heartbeats, every 10 s) and rank 0's 30% fewer tokens from step 50 (its own) are
+    active alerts, in `rankscope status`, and POSTed."""
     _actors, pids = monitored
-    wanted = {("straggler", 2), ("non_finite", 1)}
+    wanted = {("straggler", 2), ("non_finite", 1), ("throughput_drift", 0)}
     deadline = time.time() + 40
     while True:
         result = run_cli("alerts", "--address", cluster_address(), "--json")
@@ -114,6 +115,9 @@ def test_alerts_name_the_straggler_and_the_nan_rank_and_post_them(monitored, hoo
     assert nan["severity"] == "critical"
     assert nan["message"] == "rank 1 saw the first nan activation in 0 (output) at step 12"
     assert slow["message"].startswith("rank 2 computes"), slow
+    drop = by_rule[("throughput_drift", 0)]
+    assert drop["severity"] == "warning" and "dropped" in drop["message"], drop
+    assert "at step 50" in drop["message"] and "tokens per step 512 -> 358" in drop["message"]
     posted = {(b["rule"], b["rank"]) for b in hook[1]}
     assert wanted <= posted, hook[1]
     status = run_cli("status", "--address", cluster_address(), env={"COLUMNS": "200"})
