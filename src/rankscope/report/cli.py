@@ -33,6 +33,7 @@ def report(
     as_json: Json = False,
 ) -> None:
     """What went wrong in a run, on one page: verdict, timeline, ranks, hangs, memory, ..."""
+    import gc
     import time
 
     from rankscope.cli.output import to_json
@@ -40,8 +41,12 @@ def report(
     from rankscope.report.collect import collect_run
     from rankscope.report.render import render_summary, write_html
 
-    data = collect_run(run_dir, address, job)
-    result = build_report(data, time.time())
+    gc.disable()  # ~1M short-lived objects at 4,096 ranks, no cycles: collection is 30% of it
+    try:
+        data = collect_run(run_dir, address, job)
+        result = build_report(data, time.time())
+    finally:
+        gc.enable()
     if as_json:
         out.print_json(to_json("report", result))
     else:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from rankscope.monitor.history import COLUMNS
 from rankscope.runtime.run_dir import STEPS_PREFIX
 
 __all__ = ["STEPS_BYTES", "read_step_files", "series_from_docs", "step_files"]
@@ -63,16 +64,16 @@ def series_from_docs(
     """The report's series and the monitor's findings over them (as `trends.monitor_data` makes
     from the live series: past 64 ranks only the odd ranks' whole series are analysed), and the
     coarsest stride (1: every step kept)."""
-    import numpy as np
-
     from rankscope.monitor.model import NonFinite, RankSeries, StepSample
     from rankscope.report.trends import SCREENED, _table, _window, findings_over, odd_ones
 
     kept, stride = [], 1
     for doc in docs:
         columns = doc.get("columns") or []
-        at = [columns.index(c) for c in ("step", "t", "loss", "tokens", "grad_norm")]
-        rows = [[row[i] for i in at] for row in doc.get("rows") or ()]
+        rows = doc.get("rows") or []
+        if columns != list(COLUMNS):  # another writer's order: put ours back
+            at = [columns.index(c) for c in COLUMNS]
+            rows = [[row[i] for i in at] for row in rows]
         rank = doc.get("rank")
         kept.append((-1 if rank is None else int(rank), str(doc.get("group") or ""), rows, doc))
         stride = max(stride, int(doc.get("stride") or 1))
@@ -98,10 +99,7 @@ def series_from_docs(
                 first_nonfinite=NonFinite(**bad) if isinstance(bad, dict) else None,
             )
         )
-    data = tuple(
-        {"rank": rank, "group": group, "samples": np.asarray(table).tolist()}
-        for (rank, group, _, _), table in zip(kept, tables, strict=True)
-    )
+    data = tuple({"rank": rank, "group": group, "samples": rows} for rank, group, rows, _ in kept)
     return data, findings_over(analysed), stride
 
 
