@@ -1,15 +1,17 @@
 """Job-scoped alert rules on the real cluster: an ERROR burst no rank reaches alone is raised
 by the job's judge (rank 0) naming the ranks that contributed and POSTed to a local webhook;
-with rank 0 killed, the lowest live rank judges instead (the judge's fallback)."""
+with rank 0 killed, the lowest live rank judges instead (the judge's fallback);
+`rankscope alerts --ack all` (real CLI) acknowledges them: exit 0 from then on."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 import ray
 
-from helpers import probes_by_pid, wait_registered, webhook_server
+from helpers import cluster_address, probes_by_pid, run_cli, wait_registered, webhook_server
 from rankscope.runtime.protocol import ProbeState
 from workers import WORKER_NODE_RESOURCE, wait_until
 from workers_logs import LogRank
@@ -56,6 +58,19 @@ def test_a_job_wide_error_burst_names_its_ranks_and_rank_1_judges_once_rank_0_is
             wait_until(lambda: len(bursts()) >= 2, timeout=30, what="rank 1's judging")
             assert [b["pid"] for b in bursts()] == [pids[0], pids[1]], bursts()
             assert all(b["scope"] == "job" for b in bursts())
+
+            job = ["--address", cluster_address(), "--job", ray.get_runtime_context().get_job_id()]
+            bad = run_cli("alerts", *job, "--ack", "no_such_rule")
+            assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+            acked = run_cli("alerts", *job, "--ack", "all", "--json")
+            (listed,) = json.loads(acked.stdout)["data"]
+            assert acked.returncode == 0 and listed["alerts"], acked.stderr
+            assert all(a["acked"] and not a["active"] for a in listed["alerts"]), listed
+            wait_until(  # the acknowledgement is in the run directory: a later call sees it
+                lambda: run_cli("alerts", *job).returncode == 0,
+                timeout=30,
+                what="`rankscope alerts` exit 0 after --ack all",
+            )
         finally:
             for r in ranks:
                 ray.kill(r)

@@ -136,3 +136,23 @@ def test_the_job_judge_is_the_first_groups_judge_and_reads_the_alerts_summaries(
     assert not judges_job(0, "0-other", probes)
     (row,) = job_rule_rows(probes)
     assert (row.who, row.rank) == ("rank 1", 1)
+
+
+def test_an_acknowledged_alert_is_not_active_until_raised_again():
+    from rankscope.alerts.analysis import acks_from_events, alerts_from_events
+
+    def alert(rule: str, when: float, rank: int = 1) -> dict:
+        payload = {"rule": rule, "severity": "error", "message": "m", "rank": rank}
+        return {"kind": "alert", "time": when, "probe_id": f"p{rank}", "payload": payload}
+
+    ack = {"kind": "alert_ack", "time": 20.0, "probe_id": "p0", "payload": {"rule": "burst"}}
+    events = [alert("burst", 10.0), alert("oom", 12.0, 2), ack, alert("burst", 30.0, 3)]
+    assert acks_from_events(events) == {"burst": 20.0}
+    found = {(a.rule, a.rank): (a.active, a.acked) for a in alerts_from_events(events, 40.0, 300.0)}
+    assert found == {
+        ("burst", 1): (False, True),  # raised before the ack
+        ("oom", 2): (True, False),  # another rule
+        ("burst", 3): (True, False),  # raised after it
+    }
+    every = [*events, {"kind": "alert_ack", "time": 35.0, "payload": {"rule": "*"}}]
+    assert not any(a.active for a in alerts_from_events(every, 40.0, 300.0))

@@ -60,7 +60,7 @@ EXPECTED = {
         "--follow",
         "--json",
     },
-    "alerts": {"--address", "--job", "--json"},
+    "alerts": {"--address", "--job", "--ack", "--json"},
     "level": {"--address", "--job", "--group", "--ranks", "--sample-every", "--for", "--json"},
     "trace": {
         "--address",

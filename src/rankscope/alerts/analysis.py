@@ -16,9 +16,23 @@ from typing import Any
 from rankscope.alerts.model import Alert, AlertSettings, RegexRule
 from rankscope.ranks import format_ranks
 
-__all__ = ["MemoryReading", "RankRules", "SilenceRow", "alerts_from_events", "silent_ranks"]
+__all__ = [
+    "ACK_ALL",
+    "ACK_EVENT",
+    "MemoryReading",
+    "RankRules",
+    "SilenceRow",
+    "acks_from_events",
+    "alerts_from_events",
+    "apply_acks",
+    "silent_ranks",
+]
 
 ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
+ACK_EVENT = "alert_ack"
+"""`rankscope alerts --ack`: an event a live probe of the job writes for the CLI (its kind
+starts with `alert`, so the alerts' one event read brings it along)."""
+ACK_ALL = "*"
 _WINDOW_MAX = 10_000
 JOB_TIMES_MAX = 1_000
 """Times a rank keeps (and sends) per job-scoped rule: its last `count` (at most this) are
@@ -201,7 +215,9 @@ def alerts_from_events(
 ) -> list[Alert]:
     """The run directory's `alert` / `alert_resolved` events as alerts, newest first: one per
     (rule, process, rank the alert is about: a group's judge raises one rule about several
-    ranks), active when raised within `active_for_s` and not resolved since."""
+    ranks), active when raised within `active_for_s` and neither resolved nor acknowledged
+    (`alert_ack`) since."""
+    events = list(events)
     latest: dict[tuple[str, str, str], Alert] = {}
     for e in events:
         payload = e.get("payload") or {}
@@ -229,7 +245,28 @@ def alerts_from_events(
             job_id=job_id,
             scope=str(payload.get("scope") or "rank"),
         )
-    return sorted(latest.values(), key=lambda a: -a.time)
+    return sorted(apply_acks(latest.values(), acks_from_events(events)), key=lambda a: -a.time)
+
+
+def acks_from_events(events: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Rule (or `*`) -> its latest acknowledgement's time, from `alert_ack` events."""
+    acks: dict[str, float] = {}
+    for e in events:
+        payload = e.get("payload")
+        if e.get("kind") == ACK_EVENT and isinstance(payload, dict) and "rule" in payload:
+            rule, when = str(payload["rule"]), float(payload.get("time") or e.get("time") or 0)
+            acks[rule] = max(acks.get(rule, 0.0), when)
+    return acks
+
+
+def apply_acks(alerts: Iterable[Alert], acks: dict[str, float]) -> list[Alert]:
+    """`acks`: rule (or `*`: every rule) -> when it was acknowledged; an alert raised (last)
+    before that is acknowledged and no longer active; one raised after stays as it is."""
+    out = []
+    for a in alerts:
+        when = max(acks.get(a.rule, 0.0), acks.get(ACK_ALL, 0.0))
+        out.append(replace(a, active=False, acked=True) if when and a.time <= when else a)
+    return out
 
 
 @dataclass(frozen=True)
@@ -269,7 +306,7 @@ def silent_ranks(
                         "error",
                         f"rank {r.rank}: no step and no log for {quiet:.0f} s while ranks "
                         f"{others} continue",
-                        now,
+                        r.last_activity + silent_after_s,  # when it became silent
                         rank=r.rank,
                         pid=r.pid,
                         group=r.group,

@@ -40,6 +40,8 @@ class Alert:
     job_id: str = ""
     scope: str = "rank"
     """`job`: about the job's ranks together (`rank` None), not about the process raising it."""
+    acked: bool = False
+    """Acknowledged (`rankscope alerts --ack RULE|all`) after it was raised: not active."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def render_alerts(result: JobAlerts) -> Table | Text:
     for a in result.alerts:
         table.add_row(
             time.strftime("%H:%M:%S", time.localtime(a.time)),
-            "active" if a.active else "ended",
+            "active" if a.active else "acked" if a.acked else "ended",
             Text(a.severity, style=_STYLES.get(a.severity, "")),
             a.rule,
             Text(a.message),

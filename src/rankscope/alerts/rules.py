@@ -21,14 +21,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from rankscope import level as _level
-from rankscope.alerts.analysis import MemoryReading, RankRules
+from rankscope.alerts.analysis import ACK_ALL, ACK_EVENT, MemoryReading, RankRules
 from rankscope.alerts.judge import run_job_judge
 from rankscope.alerts.model import SEVERITIES, Alert, AlertSettings, RegexRule
 from rankscope.alerts.webhook import WebhookSender
 from rankscope.context import get_context
 from rankscope.logs import summary as log_summary
 from rankscope.runtime.api import current_probe
-from rankscope.runtime.probe import register_summary
+from rankscope.runtime.probe import register_handler, register_summary
 
 __all__ = ["alert_on", "configure_alerts", "publish", "rules_state"]
 
@@ -161,6 +161,17 @@ def _on_records(batch: list[log_summary.Drained]) -> None:
     rules = _state()
     rules.who = _who()
     _emit(rules.records([(d.level, d.message, d.time, d.template) for d in batch], time.time()), [])
+
+
+@register_handler("alerts_ack")
+def _ack(args: dict[str, Any]) -> float:
+    """`rankscope alerts --ack RULE|all` through this probe: an `alert_ack` event for the run
+    directory (sent with the next heartbeat); answers the acknowledgement's time."""
+    now = time.time()
+    probe = current_probe()
+    if probe is not None:
+        probe.emit(ACK_EVENT, {"rule": str(args.get("rule") or ACK_ALL), "time": now})
+    return now
 
 
 @register_summary("alerts")
