@@ -152,6 +152,17 @@ def test_trace_and_logs_name_the_straggler_on_the_real_client(straggling_job, tm
     found = [f for j in jobs for f in j["findings"] if f["kind"] == "straggler"]  # type: ignore[union-attr]
     assert [f["ranks"] for f in found] == [[STALLED]], found
 
+    def straggler_alert() -> list[dict]:  # raised by the group's judge, no CLI asking
+        _, results = _json("alerts", "--job", job_id)
+        return [
+            a
+            for r in results  # type: ignore[union-attr]
+            for a in r["alerts"]
+            if a["rule"] == "straggler" and a["rank"] == STALLED
+        ]
+
+    wait_until(straggler_alert, timeout=60, what="the judge's straggler alert")
+
     logs = run_cli(
         "logs", "--job", job_id, "--grep", "loss=", "--address", cluster_address(),
         env={"COLUMNS": "200"},

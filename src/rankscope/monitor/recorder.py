@@ -212,6 +212,10 @@ def summary() -> MonitorSummary | None:
     history_writer().on_heartbeat(list(_recorder.rows), _recorder.first_nonfinite)
     samples = _recorder.samples(last=SUMMARY_STEPS + 1)
     if not samples:
+        # a client left unchanged marks no steps; its collectives still show a straggler
+        if time.monotonic() - _recorder.alerts_at >= ALERTS_EVERY_S and _recorded_collectives(1):
+            _recorder.alerts_at = time.monotonic()
+            alerting.judge_group()
         return None
     times = [s.t for s in samples]
     durations = [b - a for a, b in itertools.pairwise(times)]
