@@ -180,7 +180,11 @@ def _watch_case(label: str, model: object, x: object, repeats: int) -> None:
 COMM_SIZES = [1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22]
 
 
-def _comm_rank(rank: int, port: int, queue: object) -> None:
+def _comm_rank(rank: int, port: int, trials: int, queue: object) -> None:
+    """One rank: each trial times every size three ways, comm-bench's sweep (one size a call:
+    its broadcast, warm-up call, barrier and timed loop), a hand-timed loop, and the same hand
+    loop again (the control: hand vs hand is what this machine's noise alone gives), in turns
+    (which goes first rotates), so the machine's load falls on all alike."""
     import torch
     import torch.distributed as dist
 
@@ -189,19 +193,32 @@ def _comm_rank(rank: int, port: int, queue: object) -> None:
     torch.set_num_threads(1)
     bench = BenchRank(rank, 2, "gloo")
     bench.join("127.0.0.1", port)
-    ours = bench.collectives(COMM_SIZES, budget_s=60.0)
-    by_hand = []
-    for size in COMM_SIZES:
+
+    def ours(size: int) -> float:
+        got = bench.collectives([size], budget_s=60.0)
+        return next(t for op, _, t in got if op == "all_reduce")
+
+    def by_hand(size: int) -> float:
         x = torch.ones(size // 4)
         iters = _iterations(size)
-        dist.all_reduce(x)
+        dist.all_reduce(x)  # warm-up, as comm-bench does
         dist.barrier()
         start = time.perf_counter()
         for _ in range(iters):
             dist.all_reduce(x)
-        by_hand.append((size, (time.perf_counter() - start) / iters))
+        return (time.perf_counter() - start) / iters
+
+    for size in COMM_SIZES:  # the first connections and buffers, untimed
+        ours(size)
+    times: list[tuple[int, int, str, float]] = []
+    for trial in range(trials):
+        for i, size in enumerate(COMM_SIZES):
+            order = [("ours", ours), ("hand", by_hand), ("again", by_hand)]
+            k = (trial + i) % 3
+            for name, fn in order[k:] + order[:k]:
+                times.append((trial, size, name, fn(size)))
     bench.leave()
-    queue.put((rank, ours, by_hand))  # type: ignore[attr-defined]
+    queue.put((rank, times))  # type: ignore[attr-defined]
 
 
 def bench_comm(repeats: int) -> None:
@@ -210,29 +227,36 @@ def bench_comm(repeats: int) -> None:
     from rankscope.monitor.comm import bus_bandwidth
 
     ctx = multiprocessing.get_context("spawn")
-    ours_runs: dict[int, list[float]] = {s: [] for s in COMM_SIZES}
-    hand_runs: dict[int, list[float]] = {s: [] for s in COMM_SIZES}
-    for _ in range(max(1, repeats // 3)):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        queue = ctx.Queue()
-        procs = [ctx.Process(target=_comm_rank, args=(r, port, queue)) for r in range(2)]
-        for p in procs:
-            p.start()
-        got = [queue.get(timeout=300) for _ in procs]
-        for p in procs:
-            p.join()
-        for size in COMM_SIZES:  # the slower rank's time, as comm-bench reports
-            ours_runs[size].append(
-                max(t for _, o, _ in got for op, b, t in o if op == "all_reduce" and b == size)
-            )
-            hand_runs[size].append(max(t for _, _, h in got for b, t in h if b == size))
-    print("gloo all_reduce, 2 ranks on this host: busbw GB/s, comm-bench vs a hand-timed loop")
+    trials = max(5, repeats)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_comm_rank, args=(r, port, trials, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = [queue.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    slowest: dict[tuple[int, int, str], float] = {}  # the slower rank, as comm-bench reports
+    for _, times in got:
+        for trial, size, name, t in times:
+            slowest[trial, size, name] = max(t, slowest.get((trial, size, name), 0.0))
+    print(
+        f"gloo all_reduce, 2 ranks on this host, {trials} interleaved trials: busbw GB/s "
+        "(median), comm-bench vs a hand-timed dist.all_reduce loop; control: the hand loop vs "
+        "itself (this machine's noise)"
+    )
     for size in COMM_SIZES:
-        ours = bus_bandwidth("all_reduce", size, statistics.median(ours_runs[size]), 2)[1]
-        hand = bus_bandwidth("all_reduce", size, statistics.median(hand_runs[size]), 2)[1]
-        print(f"  {size:>9,} B: comm-bench {ours:.4f}, by hand {hand:.4f} ({ours / hand - 1:+.0%})")
+        ours = statistics.median(slowest[t, size, "ours"] for t in range(trials))
+        hand = statistics.median(slowest[t, size, "hand"] for t in range(trials))
+        again = statistics.median(slowest[t, size, "again"] for t in range(trials))
+        bw_ours = bus_bandwidth("all_reduce", size, ours, 2)[1]
+        bw_hand = bus_bandwidth("all_reduce", size, hand, 2)[1]
+        print(
+            f"  {size:>9,} B: comm-bench {bw_ours:.4f}, by hand {bw_hand:.4f}: ratio "
+            f"{bw_ours / bw_hand:.2f}; control {hand / again:.2f}"
+        )
 
 
 def main() -> None:
