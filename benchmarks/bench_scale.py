@@ -104,7 +104,9 @@ def _fresh_hub(ray: Any) -> Any:
     return hub
 
 
-def _start_sims(address: str, job: str, n: int, per_sim: int, out_dir: str, ring: int) -> list[Any]:
+def _start_sims(
+    address: str, job: str, n: int, per_sim: int, out_dir: str, ring: int, relays: bool = True
+) -> list[Any]:
     sims = []
     for i, start in enumerate(range(0, n, per_sim)):
         count = min(per_sim, n - start)
@@ -112,7 +114,7 @@ def _start_sims(address: str, job: str, n: int, per_sim: int, out_dir: str, ring
             sys.executable, os.path.join(HERE, "probe_sim.py"), "--address", address,
             "--job", job, "--probes", str(count), "--start-rank", str(start), "--world", str(n),
             "--duration", "3600", "--ring", str(ring),
-            "--out", os.path.join(out_dir, f"sim{i}.json"),
+            "--out", os.path.join(out_dir, f"sim{i}.json"), *([] if relays else ["--no-relays"]),
         ]  # fmt: skip
         sims.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
     return sims
@@ -146,7 +148,7 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
     job = f"sim-{n}"
     out_dir = tempfile.mkdtemp(prefix=f"rs-sim{n}-")
     res.ring = probe_sim.RING_RECORDS if n <= args.full_ring_upto else args.short_ring
-    sims = _start_sims(address, job, n, args.per_sim, out_dir, res.ring)
+    sims = _start_sims(address, job, n, args.per_sim, out_dir, res.ring, args.relays)
     try:
         took = _wait_registered(sims)
         print(f"  {n} probes registered in {took:.1f}s", flush=True)
@@ -192,7 +194,7 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
                 sim.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 sim.kill()
-    beats, late, asked = 0, [], 0.0
+    beats, late, asked, relays = 0, [], 0.0, 0
     for i in range(len(sims)):
         try:
             with open(os.path.join(out_dir, f"sim{i}.json"), encoding="utf-8") as f:
@@ -201,6 +203,7 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
             continue
         res.errors += stats["errors"]
         asked = max(asked, stats.get("asked_interval", 0.0))
+        relays += stats.get("relays", 0)
         for done, lateness, _commands in stats["beats"]:
             if t0 <= done <= t1:
                 beats += 1
@@ -212,7 +215,7 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
     res.late_p99_ms = 1000 * _percentile(late, 0.99)
     print(
         f"  heartbeats: {res.beats_per_s:.0f}/s ({n} probes, the hub asked every "
-        f"{res.interval_s:g} s), hub "
+        f"{res.interval_s:g} s; {relays} node relays), hub "
         f"{res.hub_cpu_us_per_beat:.0f} us CPU each, {res.hub_cpu_share:.2f} cores; "
         f"{res.mem_kib_per_probe:.1f} KiB/probe; "
         f"late p50/p99 {res.late_p50_ms:.0f}/{res.late_p99_ms:.0f} ms; {res.heartbeat_bytes} B",
@@ -273,6 +276,10 @@ def main() -> int:
         help="records per `collectives` reply above --full-ring-upto (hang's proposed window)",
     )
     parser.add_argument("--repeat", type=int, default=5, help="runs of each command")
+    parser.add_argument(
+        "--no-relays", dest="relays", action="store_false",
+        help="simulated probes poll the hub directly (before node relays, issue 20)",
+    )  # fmt: skip
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s] or (
         [64, 512, 1024, 4096] if args.full or os.environ.get("RANKSCOPE_BENCH_FULL") else [64, 512]

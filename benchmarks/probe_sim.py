@@ -39,6 +39,7 @@ from rankscope.context import RankContext
 from rankscope.hang.evidence import INLINE_RANKS
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
 from rankscope.runtime.protocol import (
+    BatchReply,
     Command,
     CommandResult,
     Event,
@@ -46,8 +47,11 @@ from rankscope.runtime.protocol import (
     ProbeInfo,
     Progress,
 )
+from rankscope.runtime.relay import RelayCore
 from rankscope.stacks.model import Frame, ThreadStack
 
+RANKS_PER_NODE = 8
+"""Simulated ranks per simulated node: each node's ranks share one relay when the hub asks."""
 GROUP = "10.0.0.1:29500"
 """The rendezvous every simulated rank shares (one group of ranks)."""
 SUMMARY_RECORDS = 16
@@ -223,7 +227,7 @@ class SimProbe:
             world_size=s.world,
             node_id=s.node_id,
             node_ip=s.node_ip,
-            hostname=f"sim-node-{self.rank // 8:04d}",
+            hostname=f"sim-node-{self.rank // RANKS_PER_NODE:04d}",
             pid=os.getpid(),
             job_id=s.job_id,
             actor_id=None,
@@ -244,6 +248,7 @@ class SimProbe:
         s.registered += 1
         groups_sent = False  # as the real probe: the rank lists once after registering
         wait = s.interval  # as the real probe: the interval the hub's last reply asked for
+        use_relay = False
         while not s.stopping:
             self.step += 1
             events: tuple[Event, ...] = ()
@@ -259,8 +264,12 @@ class SimProbe:
                 None if groups_sent else groups(s.world),
             )
             sent = time.time()
+            relay = s.relay_for(self.rank) if use_relay else None
             try:
-                reply = await s.hub.poll.remote(request, wait)
+                if relay is not None:
+                    reply = await relay.poll(request, wait)
+                else:
+                    reply = await s.hub.poll.remote(request, wait)
             except Exception as exc:  # the hub restarted or is gone: back off, register again
                 s.errors += 1
                 s.last_error = f"{type(exc).__name__}: {exc}"[:200]
@@ -274,13 +283,18 @@ class SimProbe:
             if reply.interval:
                 wait = reply.interval
                 s.asked = max(s.asked, wait)
+            if relay is None:  # as RelayLink: through the node's relay when the hub asks
+                use_relay = s.relays and reply.relay
             if not reply.known:
                 await self._register_again()
                 groups_sent = False
                 continue
             groups_sent = True
             for command in reply.commands:
-                s.hub.reply.remote(self.answer(command), command.id)
+                if relay is not None:
+                    relay.reply(self.answer(command), command.id)
+                else:
+                    s.hub.reply.remote(self.answer(command), command.id)
                 s.answered += 1
 
     async def _register_again(self) -> None:
@@ -306,6 +320,29 @@ class SimProbe:
                 ),
             )
         return CommandResult(self.probe_id, False, error=f"unknown command {command.kind}")
+
+
+class _SimHub:
+    """The hub as a simulated node's relay calls it (as `relay_actor._HubHandle`)."""
+
+    def __init__(self, hub: Any, delays: list[tuple[float, float]]) -> None:
+        self.hub = hub
+        self.delays = delays
+        """(seconds from the hub's answer with commands to its arrival here, seconds a reply
+        batch took), one per batch: where a command's round trip goes."""
+
+    async def poll_batch(
+        self, relay_id: str, entries: list[tuple[str, PollRequest]], wait_s: float
+    ) -> BatchReply:
+        reply: BatchReply = await self.hub.poll_batch.remote(relay_id, entries, wait_s)
+        if any(commands for _, commands in reply.replies.values()):
+            self.delays.append((round(time.time() - reply.hub_replied, 4), -1.0))
+        return reply
+
+    async def reply_batch(self, results: list[tuple[CommandResult, str]]) -> None:
+        start = time.time()
+        await self.hub.reply_batch.remote(results)
+        self.delays.append((-1.0, round(time.time() - start, 4)))
 
 
 class Simulator:
@@ -334,6 +371,18 @@ class Simulator:
         """(completion time, seconds past the long poll's wait, commands) per heartbeat."""
         self.asked = 0.0
         """The longest heartbeat interval the hub asked for (`PollReply.interval`)."""
+        self.relays = args.relays
+        self.delays: list[tuple[float, float]] = []
+        self._relays: dict[int, RelayCore] = {}
+        """One relay per simulated node, hosted here: the REAL relay logic (`RelayCore`), which
+        on a cluster runs in an actor on each node's own CPU."""
+
+    def relay_for(self, rank: int) -> RelayCore:
+        node = rank // RANKS_PER_NODE
+        if node not in self._relays:
+            relay_id = f"{self.node_id}-sim{os.getpid()}-{node}"
+            self._relays[node] = RelayCore(relay_id, _SimHub(self.hub, self.delays))
+        return self._relays[node]
 
     async def run(self, duration: float) -> None:
         import signal
@@ -363,6 +412,9 @@ class Simulator:
             "last_error": self.last_error,
             "interval": self.interval,
             "asked_interval": self.asked,
+            "relays": len(self._relays),
+            "relay_batches": sum(r.batches for r in self._relays.values()),
+            "relay_delays": self.delays,
             "beats": self.beats,
         }
 
@@ -379,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
         "--ring", type=int, default=RING_RECORDS, help="records a `collectives` reply holds"
     )
     parser.add_argument("--event-every", type=int, default=0, help="an event every N beats")
+    parser.add_argument(
+        "--no-relays", dest="relays", action="store_false",
+        help="poll the hub directly even when it asks for node relays",
+    )  # fmt: skip
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)

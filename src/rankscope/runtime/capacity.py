@@ -19,11 +19,14 @@ Pure: no Ray, so the rule reads and is tested without a cluster.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 __all__ = [
     "HEARTBEAT_CORE_SHARE",
     "HUB_CPU_PER_HEARTBEAT_S",
     "MAX_HEARTBEAT_S",
+    "RELAY_CALLS_PER_INTERVAL",
+    "callers_per_interval",
     "dead_after_for",
     "heartbeat_interval",
 ]
@@ -46,6 +49,17 @@ def heartbeat_interval(live: int, configured: float) -> float:
     if need <= configured:
         return configured
     return max(configured, min(MAX_HEARTBEAT_S, math.ceil(need / STEP_S) * STEP_S))
+
+
+RELAY_CALLS_PER_INTERVAL = 3
+"""A node relay's cost to the hub per interval, in heartbeats: two batched polls (each waits half
+the interval, `relay.BATCH_WAIT_SHARE`), each dearer than one probe's poll (its 8 heartbeats)."""
+
+
+def callers_per_interval(live: int, relayed: int, relay_sizes: Iterable[int]) -> int:
+    """The heartbeat load, in probe heartbeats per interval: the probes that poll the hub
+    directly, and for each relay (of so many probes) RELAY_CALLS_PER_INTERVAL at most."""
+    return max(0, live - relayed) + sum(min(n, RELAY_CALLS_PER_INTERVAL) for n in relay_sizes)
 
 
 def dead_after_for(interval: float, configured: float, dead_after: float) -> float:

@@ -25,11 +25,17 @@ import ray
 
 from rankscope._version import __version__
 from rankscope.config import HUB_NAME, Config, hub_namespace
-from rankscope.runtime.capacity import dead_after_for, heartbeat_interval
+from rankscope.runtime.capacity import (
+    callers_per_interval,
+    dead_after_for,
+    heartbeat_interval,
+)
 from rankscope.runtime.coordination import Claims, Exchanges
 from rankscope.runtime.liveness import NODE_SWEEP_S, dead_nodes, process_still_exists
 from rankscope.runtime.mailbox import PendingReplies
 from rankscope.runtime.protocol import (
+    BatchReply,
+    Command,
     CommandResult,
     Event,
     ExchangeResult,
@@ -42,6 +48,7 @@ from rankscope.runtime.protocol import (
     Progress,
 )
 from rankscope.runtime.registry import ProbeRecord, Registry
+from rankscope.runtime.relay import HubRelays
 from rankscope.runtime.run_dir import (
     EventSink,
     choose_run_dir,
@@ -61,6 +68,7 @@ class Hub:
         self._started_at = time.time()
         self._registry = Registry(mailbox_size=config.mailbox_size)
         self._replies = PendingReplies()
+        self._relays = HubRelays()
         self._run_dir = choose_run_dir(config)
         self._events = EventSink(self._run_dir, config.hub_event_queue_size)
         self._exchanges = Exchanges()
@@ -70,6 +78,8 @@ class Hub:
         self._interval = config.heartbeat_interval
         """The heartbeat interval asked of every probe now (`capacity.heartbeat_interval` of the
         live probes, recomputed by the reaper)."""
+        self._live = 0
+        """Live probes, as the reaper last counted them (every <= 1 s, not per poll)."""
 
     # ----------------------------------------------------------------- probes
     async def register(self, info: ProbeInfo, progress: Progress) -> str:
@@ -89,11 +99,8 @@ class Hub:
         record = self._registry.find(request.probe_id)
         if record is None:
             return PollReply(known=False)
-        record.heard_from(request, time.time())
-        if request.groups:
-            self._registry.learn_groups(record, request.groups)
-        for event in request.events:
-            self._events.offer(record.info.context.job_id, record.info.probe_id, event)
+        self._relays.leave(record)  # it polls us itself now (its relay died, or none)
+        self._heard(record, request)
         await record.mailbox.wait(wait_s)
         commands = record.mailbox.take()
         record.last_seen = time.time()
@@ -104,23 +111,60 @@ class Hub:
             hub_received=received,
             hub_replied=time.time(),
             interval=self._interval,
+            relay=self._want_relays(),
         )
+
+    async def poll_batch(
+        self, relay_id: str, entries: list[tuple[str, PollRequest]], wait_s: float
+    ) -> BatchReply:
+        """A node relay's poll (`runtime.relay`): every probe's heartbeat in it taken as
+        `poll` takes one, then one long poll for all of the relay's probes; returns the
+        commands by probe id (and the probes this hub does not know)."""
+        received = time.time()
+        self._ensure_background()
+        replies: dict[str, tuple[bool, tuple[Command, ...]]] = {}
+        known = []
+        for probe_id, request in entries:
+            record = self._registry.find(probe_id)
+            if record is None:
+                replies[probe_id] = (False, ())
+                continue
+            self._relays.join(relay_id, record)
+            self._heard(record, request)
+            known.append(record)
+        await self._relays.wait(relay_id, wait_s)
+        now = time.time()
+        for record in known:  # parked at their relay all along: alive, as a long poll here
+            record.last_seen, record.interval = now, self._interval
+        replies.update((p, (True, c)) for p, c in self._relays.take(relay_id).items())
+        return BatchReply(replies, received, time.time(), self._interval)
 
     async def last_words(self, request: PollRequest) -> None:
         """A probe's summaries and events sent at once, outside its long poll (a collective
         just failed: its peers may be killed before the next heartbeat). Takes no commands."""
         record = self._registry.find(request.probe_id)
-        if record is None:
-            return
+        if record is not None:
+            self._heard(record, request)
+
+    def _heard(self, record: ProbeRecord, request: PollRequest) -> None:
         record.heard_from(request, time.time())
         if request.groups:
             self._registry.learn_groups(record, request.groups)
         for event in request.events:
             self._events.offer(record.info.context.job_id, record.info.probe_id, event)
 
+    def _want_relays(self) -> bool:
+        above = self._config.relay_above
+        return above >= 0 and self._live > above
+
     async def reply(self, result: CommandResult, command_id: str) -> None:
         """A probe's answer to one command; late answers (past the deadline) are ignored."""
         self._replies.resolve(command_id, result)
+
+    async def reply_batch(self, results: list[tuple[CommandResult, str]]) -> None:
+        """A relay's answers of its node's probes, each as `reply` takes one."""
+        for result, command_id in results:
+            self._replies.resolve(command_id, result)
 
     # --------------------------------------------------------------- commands
     async def fan_out(
@@ -139,7 +183,8 @@ class Hub:
             [(r.info.probe_id, r.mailbox) for r in targets], kind, args, deadline
         )
         missing = tuple(r.status() for r in targets if r.info.probe_id not in answers)
-        return FanOutResult(tuple(answers.values()), missing, tuple(r.status() for r in targets))
+        asked = tuple(r.status(()) for r in targets)  # who, not what: no summaries (MBs at 4,096)
+        return FanOutResult(tuple(answers.values()), missing, asked)
 
     # ------------------------------------------------------------- rendezvous
     async def exchange(
@@ -217,7 +262,10 @@ class Hub:
             for record in self._registry.to_check(now, self._config.dead_after, configured):
                 self._checks.add(asyncio.ensure_future(self._classify_silent(record)))
             self._registry.forget_oldest_dead()
-            self._interval = heartbeat_interval(self._registry.live_count(), configured)
+            self._live = self._registry.live_count()
+            sizes = self._relays.sizes()
+            callers = callers_per_interval(self._live, sum(sizes), sizes)
+            self._interval = heartbeat_interval(callers, configured)
 
     async def _watch_nodes_forever(self) -> None:
         """Ray's verdict on nodes: probes on a node Ray declared dead are dead ("node gone"),

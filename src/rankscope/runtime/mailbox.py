@@ -35,6 +35,9 @@ class Mailbox:
     """Set when a command is posted, so a poll waiting on an empty mailbox returns at once."""
     dropped: int = 0
     """Commands pushed out, oldest first, because the probe did not poll them in time."""
+    also_wake: asyncio.Event | None = None
+    """Set too when a command is posted: the batched poll of the relay this probe polls
+    through (`relay.HubRelays`) waits on it for all of its node's probes at once."""
 
     def post(self, command: Command) -> None:
         """Queue `command`, dropping (and counting) the oldest when the mailbox is full."""
@@ -43,6 +46,8 @@ class Mailbox:
             self.dropped += 1
         self.commands.append(command)
         self.wakeup.set()
+        if self.also_wake is not None:
+            self.also_wake.set()
 
     async def wait(self, timeout: float) -> None:
         """Return at once when commands wait, else when one is posted or after `timeout`."""

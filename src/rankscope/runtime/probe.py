@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import sys
 import threading
 import time
 import traceback
@@ -23,6 +24,7 @@ from typing import Any
 from rankscope._version import __version__
 from rankscope.config import Config
 from rankscope.context import RankContext, get_context
+from rankscope.runtime.capacity import MAX_HEARTBEAT_S
 from rankscope.runtime.clock import ClockOffset
 from rankscope.runtime.protocol import (
     Command,
@@ -222,10 +224,10 @@ class Probe:
         self._dropped_events = 0
         self._stop = threading.Event()
         self._hub: Any = None
+        self._link: Any = None
         self._registered: RankContext | None = None
         self.interval = config.heartbeat_interval
-        """The heartbeat interval (long-poll wait) the hub last asked for, never below the
-        configured one (`runtime.capacity`: it grows with the number of probes)."""
+        """The long-poll wait the hub last asked for, never below the configured one."""
         self._groups_sent: dict[str, tuple[int, ...]] | None = None
         """The process groups the hub holds from us (None: none yet, e.g. after registering)."""
         self._create_time = _process_create_time()
@@ -286,8 +288,6 @@ class Probe:
                 backoff = min(backoff * 2, self.config.reconnect_max_backoff)
 
     def _heartbeat(self) -> None:
-        import ray
-
         context = get_context()
         if self._hub is None or _identity(context) != _identity(self._registered):
             self._register(context)
@@ -298,11 +298,8 @@ class Probe:
         )
         wait_s = self.interval
         sent = time.time()
-        try:
-            reply = ray.get(
-                self._hub.poll.remote(request, wait_s),
-                timeout=wait_s + self.config.command_deadline + 5.0,
-            )
+        try:  # through the node's relay when the hub asks for relays (runtime.relay_actor)
+            reply = self._via().poll(self._hub, context.node_id, request, wait_s)
         except Exception:
             self._return_events(events)
             raise
@@ -310,6 +307,7 @@ class Probe:
             self.clock.add(sent, reply.hub_received, reply.hub_replied, time.time())
         if reply.interval is not None:
             self.interval = _interval(reply.interval, self.config.heartbeat_interval)
+        self._via().asked(reply)
         if not reply.known:  # the hub restarted and forgot us
             self._registered = None
             return
@@ -354,7 +352,13 @@ class Probe:
         return None if groups is None or groups == self._groups_sent else groups
 
     def _answer(self, command: Command) -> None:
-        self._hub.reply.remote(self.run_command(command), command.id)
+        self._via().reply(self._hub, self.run_command(command), command.id)
+
+    def _via(self) -> Any:
+        from rankscope.runtime.relay_actor import RelayLink  # late: it imports Ray
+
+        self._link = self._link or RelayLink(self.config)
+        return self._link
 
     def run_command(self, command: Command) -> CommandResult:
         """The reply to `command`; never raises. An off-thread handler holds the caller at most
@@ -411,8 +415,6 @@ def _summaries() -> dict[str, Any]:
 
 def _interval(asked: float, configured: float) -> float:
     """The hub's interval, within [configured, MAX_HEARTBEAT_S]."""
-    from rankscope.runtime.capacity import MAX_HEARTBEAT_S
-
     return max(configured, min(float(asked), MAX_HEARTBEAT_S))
 
 
@@ -438,8 +440,6 @@ def _identity(context: RankContext | None) -> RankContext | None:
 
 
 def _ray_ready() -> bool:
-    import sys
-
     ray = sys.modules.get("ray")
     return ray is not None and ray.is_initialized()
 

@@ -93,6 +93,21 @@ class PollReply:
     interval: float | None = None
     """The heartbeat interval (long-poll wait) the hub asks for, longer than the configured
     one when many probes heartbeat (`runtime.capacity`); None: the configured one."""
+    relay: bool = False
+    """The hub asks the probe to poll through its node's relay (`runtime.relay`): many probes
+    are live, and one batched call per node costs the hub what one probe's call costs."""
+
+
+@dataclass(frozen=True)
+class BatchReply:
+    """The hub's answer to a relay's batched poll (`Hub.poll_batch`): commands by probe id
+    (only probes with commands, or unknown to the hub: `(False, ())`), the times and interval
+    once for the whole node."""
+
+    replies: dict[str, tuple[bool, tuple[Command, ...]]]
+    hub_received: float
+    hub_replied: float
+    interval: float
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,297 @@
+"""Node relays: one batched hub call per node instead of one per probe (issue 20).
+
+Every heartbeat and every command reply is a Ray actor call into the one hub process, and each
+costs the hub about what a bare actor call costs (`capacity`): at 4,096 ranks a command fan-out
+alone is ~12,000 hub calls (the poll that returns the command, the reply, the next poll). With
+relays, a node's probes long-poll a relay on their own node instead; the relay sends the hub
+one batched poll with its probes' heartbeats (`Hub.poll_batch`), hands each probe the commands
+the hub returns for it, and sends their replies back in one batched call (`Hub.reply_batch`).
+The hub then takes ~3 calls per node per fan-out (512 nodes of 8 for 4,096 ranks), and its
+registry, liveness, events, groups and deadlines stay per probe, exactly as with direct polls.
+
+`RelayCore` is the relay's logic (asyncio, no Ray): the Ray actor (`relay_actor.Relay`) wraps
+it, and the probe simulator hosts the same class in process. `HubRelays` is the hub's side: who
+polls through which relay, and one wakeup per relay for all of its probes' mailboxes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from rankscope.runtime.protocol import BatchReply, Command, CommandResult, PollReply, PollRequest
+
+__all__ = ["BATCH_WAIT_SHARE", "HubRelays", "RelayCore", "RelayHub", "merge_requests"]
+
+BATCH_WAIT_SHARE = 0.5
+"""The relay's batched long poll waits this share of the probes' interval: a probe that polls
+while a batch is out waits for it and its own batch, together within one interval."""
+REPLY_LINGER_S = 0.1
+"""Replies wait this long at most for the node's other replies to the same commands."""
+HELD_COMMANDS = 64
+"""Commands kept for a probe that is not parked at the relay (as the hub's mailbox size)."""
+FORGET_AFTER_S = 600.0
+"""A probe that has not polled for this long is forgotten by its relay."""
+
+
+class RelayHub(Protocol):
+    """The two hub calls a relay makes (the actor awaits the hub handle's methods)."""
+
+    async def poll_batch(
+        self, relay_id: str, entries: list[tuple[str, PollRequest]], wait_s: float
+    ) -> BatchReply: ...
+
+    async def reply_batch(self, results: list[tuple[CommandResult, str]]) -> None: ...
+
+
+def merge_requests(old: PollRequest, new: PollRequest) -> PollRequest:
+    """Two heartbeats of one probe not yet forwarded, as one: the newest progress and
+    summaries, the events of both (oldest first), the newest group lists sent."""
+    groups = new.groups if new.groups is not None else old.groups
+    return replace(new, events=old.events + new.events, groups=groups)
+
+
+@dataclass
+class _Slot:
+    """One probe as its relay sees it."""
+
+    last_poll: float
+    pending: PollRequest | None = None
+    """Its heartbeat not yet forwarded to the hub."""
+    waiter: asyncio.Future[PollReply] | None = None
+    """Its poll parked here, answered with commands or when the batch with its request returns."""
+    flying: asyncio.Future[PollReply] | None = None
+    """The waiter whose request is in the batch at the hub now: it gets the hub's times."""
+    held: list[Command] = field(default_factory=list)
+    """Commands the hub returned while the probe was not parked: its next poll takes them."""
+
+
+class RelayCore:
+    """One node's relay: parks its probes' polls, batches them into one hub call, routes the
+    commands back per probe and batches the replies. Never raises into a probe's call except
+    when the hub call itself failed (the probe then polls the hub directly)."""
+
+    def __init__(self, relay_id: str, hub: RelayHub, *, linger_s: float = REPLY_LINGER_S) -> None:
+        self.relay_id = relay_id
+        self._hub = hub
+        self._linger_s = linger_s
+        self._slots: dict[str, _Slot] = {}
+        self._wake = asyncio.Event()
+        self._replies: list[tuple[CommandResult, str]] = []
+        self._expected: dict[str, float] = {}
+        """Command ids handed to probes and not answered yet, with when they were handed."""
+        self._answered = asyncio.Event()
+        self._tasks: list[asyncio.Future[None]] = []
+        self._flushing = False
+        self.wait_s = 1.0
+        """The probes' interval (their long-poll wait), as the hub last asked."""
+        self.batches = self.reply_batches = self.failures = 0
+
+    async def poll(self, request: PollRequest, wait_s: float) -> PollReply:
+        """A probe's heartbeat: returns with its commands, or when the batch that carried it
+        comes back (within about `wait_s`), as the hub's own `poll` would."""
+        self._ensure_running()
+        self.wait_s = wait_s
+        now = time.time()
+        slot = self._slots.get(request.probe_id)
+        if slot is None:
+            slot = self._slots[request.probe_id] = _Slot(now)
+        slot.last_poll = now
+        slot.pending = request if slot.pending is None else merge_requests(slot.pending, request)
+        self._wake.set()
+        if slot.waiter is not None and not slot.waiter.done():
+            slot.waiter.set_result(PollReply(known=True))  # superseded: its caller gave up
+        if slot.held:
+            commands, slot.held = tuple(slot.held), []
+            return PollReply(known=True, commands=commands, interval=self.wait_s)
+        waiter: asyncio.Future[PollReply] = asyncio.get_running_loop().create_future()
+        slot.waiter = waiter
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout=wait_s + 2.0)
+        except asyncio.TimeoutError:  # the hub is slow: the request stays pending
+            return PollReply(known=True, interval=self.wait_s)
+        finally:
+            if slot.waiter is waiter:
+                slot.waiter = None
+
+    def reply(self, result: CommandResult, command_id: str) -> None:
+        """A probe's answer; sent with the node's other answers in one hub call."""
+        self._replies.append((result, command_id))
+        self._expected.pop(command_id, None)
+        self._answered.set()
+        if not self._flushing:
+            self._flushing = True
+            self._tasks.append(asyncio.ensure_future(self._flush()))
+
+    @property
+    def probes(self) -> int:
+        return len(self._slots)
+
+    # -------------------------------------------------------------- internals
+    def _ensure_running(self) -> None:
+        if not self._tasks or self._tasks[0].done():
+            self._tasks = [asyncio.ensure_future(self._run())]
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            entries = self._take_pending()
+            if not entries:
+                continue
+            try:
+                reply = await self._hub.poll_batch(
+                    self.relay_id, entries, self.wait_s * BATCH_WAIT_SHARE
+                )
+            except Exception as exc:  # the hub is away: its probes poll it directly
+                self.failures += 1
+                self._fail_flying(entries, exc)
+                await asyncio.sleep(1.0)
+                continue
+            self.batches += 1
+            self.deliver(entries, reply)
+
+    def _take_pending(self) -> list[tuple[str, PollRequest]]:
+        now = time.time()
+        entries = []
+        for probe_id, slot in list(self._slots.items()):
+            if slot.pending is not None:
+                entries.append((probe_id, slot.pending))
+                slot.pending, slot.flying = None, slot.waiter
+            elif slot.waiter is None and now - slot.last_poll > FORGET_AFTER_S:
+                del self._slots[probe_id]
+        return entries
+
+    def deliver(self, entries: Iterable[tuple[str, PollRequest]], reply: BatchReply) -> None:
+        """Route a batch's answer: every probe whose request it carried gets its reply (with
+        the hub's times, one clock sample); commands for another probe wake it, or wait for
+        its next poll."""
+        self.wait_s = reply.interval or self.wait_s
+        now = time.time()
+        for probe_id, _ in entries:
+            slot = self._slots.get(probe_id)
+            if slot is None:
+                continue
+            known, commands = reply.replies.get(probe_id, (True, ()))
+            flying, slot.flying = slot.flying, None
+            if slot.waiter is not None and slot.waiter is flying and not slot.waiter.done():
+                answer = PollReply(known, commands, reply.hub_received, reply.hub_replied,
+                                   reply.interval)  # fmt: skip
+                slot.waiter.set_result(answer)
+                self._handed(commands, now)
+            elif not known:
+                slot.held.clear()
+            else:
+                self._give(slot, commands, now)
+        carried = {probe_id for probe_id, _ in entries}
+        for probe_id, (known, commands) in reply.replies.items():
+            slot = self._slots.get(probe_id)
+            if probe_id in carried or slot is None or not known:
+                continue
+            self._give(slot, commands, now)
+
+    def _give(self, slot: _Slot, commands: tuple[Command, ...], now: float) -> None:
+        if not commands:
+            return
+        if slot.waiter is not None and not slot.waiter.done():
+            slot.waiter.set_result(PollReply(True, commands, interval=self.wait_s))
+        else:
+            slot.held = [*slot.held, *commands][-HELD_COMMANDS:]
+        self._handed(commands, now)
+
+    def _handed(self, commands: tuple[Command, ...], now: float) -> None:
+        for command in commands:
+            self._expected[command.id] = now
+
+    def _fail_flying(self, entries: list[tuple[str, PollRequest]], exc: Exception) -> None:
+        for probe_id, _ in entries:
+            slot = self._slots.get(probe_id)
+            if slot is None:
+                continue
+            flying, slot.flying = slot.flying, None
+            if flying is not None and flying is slot.waiter and not flying.done():
+                flying.set_exception(exc)
+
+    async def _flush(self) -> None:
+        """Send the replies in: once every command handed out is answered, or after the
+        linger; a reply that comes while one batch is out goes with the next."""
+        try:
+            while self._replies:
+                deadline = time.monotonic() + self._linger_s
+                while self._expected and time.monotonic() < deadline:
+                    self._answered.clear()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._answered.wait(), deadline - time.monotonic())
+                stale = time.time() - 10 * self._linger_s - 10.0
+                self._expected = {c: t for c, t in self._expected.items() if t > stale}
+                batch, self._replies = self._replies, []
+                try:
+                    await self._hub.reply_batch(batch)
+                    self.reply_batches += 1
+                except Exception:  # the hub is away: these answers are late anyway
+                    self.failures += 1
+        finally:
+            self._flushing = False
+
+
+@dataclass
+class _HubRelay:
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    members: dict[str, Any] = field(default_factory=dict)
+    """probe id -> its `registry.ProbeRecord`."""
+
+
+class HubRelays:
+    """The hub's side: which probes poll through which relay, and one wakeup per relay that
+    every member's mailbox sets when a command is posted to it."""
+
+    def __init__(self) -> None:
+        self._relays: dict[str, _HubRelay] = {}
+
+    def join(self, relay_id: str, record: Any) -> None:
+        """`record` polls through `relay_id` now (it may have come from another)."""
+        if record.relay == relay_id:
+            return
+        self.leave(record)
+        relay = self._relays.setdefault(relay_id, _HubRelay())
+        relay.members[record.info.probe_id] = record
+        record.relay, record.mailbox.also_wake = relay_id, relay.wakeup
+
+    def leave(self, record: Any) -> None:
+        """`record` polls the hub directly again (its relay died or was not wanted)."""
+        if record.relay is None:
+            return
+        relay = self._relays.get(record.relay)
+        if relay is not None:
+            relay.members.pop(record.info.probe_id, None)
+            if not relay.members:
+                del self._relays[record.relay]
+        record.relay, record.mailbox.also_wake = None, None
+
+    async def wait(self, relay_id: str, timeout: float) -> None:
+        """Return at once when a member has commands waiting, else when one is posted or
+        after `timeout`."""
+        relay = self._relays.get(relay_id)
+        if relay is None:
+            await asyncio.sleep(timeout)
+            return
+        if any(r.mailbox.commands for r in relay.members.values()):
+            return
+        relay.wakeup.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(relay.wakeup.wait(), timeout=timeout)
+
+    def take(self, relay_id: str) -> dict[str, tuple[Command, ...]]:
+        """Every member's waiting commands, by probe id; their mailboxes are empty afterwards."""
+        relay = self._relays.get(relay_id)
+        if relay is None:
+            return {}
+        return {p: r.mailbox.take() for p, r in relay.members.items() if r.mailbox.commands}
+
+    def sizes(self) -> list[int]:
+        """Probes per relay (with members): the hub's load from relays (`capacity`)."""
+        return [len(r.members) for r in self._relays.values()]

@@ -1,0 +1,174 @@
+"""Node relays (issue 20), without Ray: the real `RelayCore` in front of the real `Hub` class's
+methods, called in process; batching, routing of commands and replies, per-probe liveness and
+the fallback when a relay goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from rankscope.config import Config
+from rankscope.context import RankContext
+from rankscope.runtime.hub import Hub
+from rankscope.runtime.protocol import (
+    BatchReply,
+    CommandResult,
+    Event,
+    PollRequest,
+    ProbeInfo,
+    ProbeState,
+    Progress,
+)
+from rankscope.runtime.relay import RelayCore, merge_requests
+
+
+class InProcessHub:
+    """The hub's two relay calls, made on a `Hub` in this event loop; counts them."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.polls = self.reply_calls = 0
+        self.fail = False
+
+    async def poll_batch(
+        self, relay_id: str, entries: list[tuple[str, PollRequest]], wait_s: float
+    ) -> BatchReply:
+        if self.fail:
+            raise ConnectionError("hub gone")
+        self.polls += 1
+        return await self.hub.poll_batch(relay_id, entries, wait_s)
+
+    async def reply_batch(self, results: list[tuple[CommandResult, str]]) -> None:
+        self.reply_calls += 1
+        await self.hub.reply_batch(results)
+
+
+def _info(rank: int) -> ProbeInfo:
+    context = RankContext(
+        rank=rank, local_rank=rank, world_size=8, node_id="", node_ip="10.0.0.1",
+        hostname="n1", pid=os.getpid(), job_id="job", actor_id=None, actor_class="W",
+        task_id=None, rank_source="explicit", group="g",
+    )  # fmt: skip
+    return ProbeInfo(f"p{rank}", context, "0", 0.0)
+
+
+def _request(rank: int, step: int, events: tuple[Event, ...] = ()) -> PollRequest:
+    return PollRequest(f"p{rank}", Progress(step, time.time()), events, 0, {"where": f"r{rank}"})
+
+
+async def _sim_probe(relay: RelayCore, rank: int, stop: asyncio.Event, wait_s: float) -> None:
+    """A probe's loop through its relay: heartbeat, answer commands with its rank."""
+    step = 0
+    while not stop.is_set():
+        step += 1
+        reply = await relay.poll(_request(rank, step), wait_s)
+        for command in reply.commands:
+            relay.reply(CommandResult(f"p{rank}", True, payload=rank), command.id)
+
+
+def _hub(tmp_path: Any) -> Hub:
+    return Hub(Config(run_dir=str(tmp_path), heartbeat_interval=0.2, dead_after=60.0))  # no checks
+
+
+def test_a_relay_batches_its_probes_into_few_hub_calls_and_routes_each_reply(tmp_path):
+    async def main() -> None:
+        hub = _hub(tmp_path)
+        for rank in range(8):
+            await hub.register(_info(rank), Progress(0, time.time()))
+        link = InProcessHub(hub)
+        relay = RelayCore("node-a", link)
+        stop = asyncio.Event()
+        probes = [asyncio.ensure_future(_sim_probe(relay, r, stop, 0.2)) for r in range(8)]
+        await asyncio.sleep(0.5)
+        polls = link.polls
+        result = await hub.fan_out("stacks", job_id="job", deadline_s=2.0)
+        assert sorted(r.payload for r in result.replies) == list(range(8))
+        assert all(r.probe_id == f"p{r.payload}" for r in result.replies)  # routed per probe
+        assert not result.missing
+        assert link.reply_calls <= 2, link.reply_calls  # the node's 8 answers in one or two
+        assert link.polls - polls <= 4, link.polls - polls  # not 8 per fan-out
+        rows = {s.info.probe_id: s for s in await hub.list_probes("job")}
+        assert all(s.progress.step > 0 and s.state == ProbeState.ALIVE for s in rows.values())
+        assert rows["p3"].summaries == {"where": "r3"}  # each probe's own heartbeat
+        stop.set()
+        await asyncio.wait(probes, timeout=2.0)
+
+    asyncio.run(main())
+
+
+def test_probes_of_a_relay_stay_alive_while_parked_and_go_silent_alone(tmp_path):
+    async def main() -> None:
+        hub = _hub(tmp_path)
+        for rank in range(2):
+            await hub.register(_info(rank), Progress(0, time.time()))
+        relay = RelayCore("node-a", InProcessHub(hub))
+        stop = asyncio.Event()
+        alive = asyncio.ensure_future(_sim_probe(relay, 0, stop, 0.2))
+        await relay.poll(_request(1, 1), 0.2)  # rank 1 heartbeats once, then stops polling
+        await asyncio.sleep(1.5)
+        rows = {s.info.probe_id: s for s in await hub.list_probes("job")}
+        assert time.time() - rows["p0"].last_seen < 0.6  # parked at its relay: alive
+        assert time.time() - rows["p1"].last_seen > 1.0  # not polling: silent, for the reaper
+        stop.set()
+        await asyncio.wait([alive], timeout=2.0)
+
+    asyncio.run(main())
+
+
+def test_a_probe_unknown_to_the_hub_is_told_to_register_and_a_failed_hub_call_raises(tmp_path):
+    async def main() -> None:
+        hub = _hub(tmp_path)
+        link = InProcessHub(hub)
+        relay = RelayCore("node-a", link)
+        reply = await relay.poll(_request(5, 1), 0.2)
+        assert not reply.known  # as the hub's own poll: register again
+        await hub.register(_info(5), Progress(0, time.time()))
+        assert (await relay.poll(_request(5, 2), 0.2)).known
+        link.fail = True  # the probe then polls the hub directly (RelayLink)
+        try:
+            await relay.poll(_request(5, 3), 0.2)
+        except ConnectionError:
+            pass
+        else:
+            raise AssertionError("a relay whose hub call failed must not answer as if fine")
+
+    asyncio.run(main())
+
+
+def test_a_probe_that_polls_the_hub_directly_leaves_its_relay_and_gets_its_commands(tmp_path):
+    async def main() -> None:
+        hub = _hub(tmp_path)
+        await hub.register(_info(0), Progress(0, time.time()))
+        relay = RelayCore("node-a", InProcessHub(hub))
+        await relay.poll(_request(0, 1), 0.2)
+        # the relay died: the probe polls the hub itself, and a command reaches it there
+        direct = asyncio.ensure_future(hub.poll(_request(0, 2), 2.0))
+        await asyncio.sleep(0.05)
+        asking = asyncio.ensure_future(hub.fan_out("stacks", job_id="job", deadline_s=1.0))
+        reply = await asyncio.wait_for(direct, 1.0)
+        assert [c.kind for c in reply.commands] == ["stacks"]
+        await hub.reply(CommandResult("p0", True, payload="ok"), reply.commands[0].id)
+        assert [r.payload for r in (await asking).replies] == ["ok"]
+
+    asyncio.run(main())
+
+
+def test_two_heartbeats_not_yet_forwarded_merge_keeping_every_event():
+    first = _request(0, 1, (Event("a", 1.0, {}),))
+    second = _request(0, 2, (Event("b", 2.0, {}),))
+    merged = merge_requests(first, second)
+    assert merged.progress.step == 2
+    assert [e.kind for e in merged.events] == ["a", "b"]
+    with_groups = PollRequest("p0", first.progress, (), 0, {}, {"0": (0, 1)})
+    assert merge_requests(with_groups, second).groups == {"0": (0, 1)}  # still to be sent
+
+
+def test_relays_cost_the_hub_a_few_calls_each_in_the_interval_rule():
+    from rankscope.runtime.capacity import callers_per_interval, heartbeat_interval
+
+    assert callers_per_interval(4096, 0, []) == 4096  # every probe polls the hub itself
+    assert callers_per_interval(4096, 4096, [8] * 512) == 1536  # 3 per node of 8
+    assert callers_per_interval(10, 2, [1, 1]) == 10  # a relay of one costs what its probe does
+    assert heartbeat_interval(1536, 1.0) < heartbeat_interval(4096, 1.0)
