@@ -192,6 +192,12 @@ def test_the_judge_alerts_a_late_collective_from_the_heartbeats() -> None:
         "g/pg 0: rank 1 entered all_reduce #10 100 ms after the first rank; ranks 0,2 waited for it"
     )
     assert group_findings(_with_collectives(0.0), T) == []  # on time: nothing
+    straggling = _with_collectives(0.1)
+    straggling[1] = replace(straggling[1], summary=_input(1, 0.02, 0.0).summary)
+    for r in (0, 2):
+        straggling[r] = replace(straggling[r], summary=_input(r, 0.02, 0.015).summary)
+    found = group_findings(straggling, T)  # rank 1 is the straggler: one alert about it, not two
+    assert [(f.kind, f.ranks) for f in found] == [(FindingKind.STRAGGLER, (1,))]
 
 
 # --------------------------------------------------------------------- the straggler's phase

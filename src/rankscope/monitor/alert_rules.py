@@ -97,7 +97,8 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
             *arrivals(members),
             threshold=thresholds.straggler,
         )
-        found += _stragglers(group, scores)
+        slow = _stragglers(group, scores)
+        found += slow
         levels = {
             m.rank: m.summary.loss_level
             for m in members
@@ -107,7 +108,9 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
             _in(f, group) for f in loss_levels_disagree(levels, thresholds, "over its recent steps")
         ]
         alignment = align({m.rank: m.collectives for m in members if m.collectives})
-        found += latency_findings(alignment, group, thresholds.collective_latency_s)
+        late = latency_findings(alignment, group, thresholds.collective_latency_s)
+        named = {f.ranks for f in slow}  # a straggler's late arrivals: its alert says it already
+        found += [f for f in late if f.ranks not in named]
     return found
 
 
