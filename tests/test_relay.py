@@ -172,3 +172,20 @@ def test_relays_cost_the_hub_a_few_calls_each_in_the_interval_rule():
     assert callers_per_interval(4096, 4096, [8] * 512) == 1536  # 3 per node of 8
     assert callers_per_interval(10, 2, [1, 1]) == 10  # a relay of one costs what its probe does
     assert heartbeat_interval(1536, 1.0) < heartbeat_interval(4096, 1.0)
+
+
+def test_a_probe_on_a_node_ray_declared_dead_is_told_to_stop_polling(tmp_path):
+    async def main() -> None:
+        hub = _hub(tmp_path)
+        for rank in range(2):
+            await hub.register(_info(rank), Progress(0, time.time()))
+        why = "Ray declared node 10.0.0.1 dead (raylet gone)"
+        hub._registry.mark_nodes_gone({"": why})  # what the node sweep does
+        reply = await hub.poll(_request(0, 1), 5.0)
+        assert reply.stop == f"node gone: {why}" and not reply.commands  # at once, no wait
+        relayed = await RelayCore("node-a", InProcessHub(hub)).poll(_request(1, 1), 5.0)
+        assert relayed.stop == f"node gone: {why}"
+        rows = {s.info.probe_id: s for s in await hub.list_probes("job")}
+        assert rows["p1"].state == ProbeState.DEAD and rows["p1"].summaries  # last words kept
+
+    asyncio.run(asyncio.wait_for(main(), 3.0))

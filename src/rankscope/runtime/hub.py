@@ -101,6 +101,8 @@ class Hub:
             return PollReply(known=False)
         self._relays.leave(record)  # it polls us itself now (its relay died, or none)
         self._heard(record, request)
+        if record.reason:  # its node is gone: an orphan nobody watches any more
+            return PollReply(known=True, interval=self._interval, stop=record.reason)
         await record.mailbox.wait(wait_s)
         commands = record.mailbox.take()
         record.last_seen = time.time()
@@ -123,21 +125,25 @@ class Hub:
         received = time.time()
         self._ensure_background()
         replies: dict[str, tuple[bool, tuple[Command, ...]]] = {}
+        stop: dict[str, str] = {}
         known = []
         for probe_id, request in entries:
             record = self._registry.find(probe_id)
             if record is None:
                 replies[probe_id] = (False, ())
                 continue
-            self._relays.join(relay_id, record)
             self._heard(record, request)
+            if record.reason:
+                stop[probe_id] = record.reason
+                continue
+            self._relays.join(relay_id, record)
             known.append(record)
         await self._relays.wait(relay_id, wait_s)
         now = time.time()
         for record in known:  # parked at their relay all along: alive, as a long poll here
             record.last_seen, record.interval = now, self._interval
         replies.update((p, (True, c)) for p, c in self._relays.take(relay_id).items())
-        return BatchReply(replies, received, time.time(), self._interval)
+        return BatchReply(replies, received, time.time(), self._interval, stop)
 
     async def last_words(self, request: PollRequest) -> None:
         """A probe's summaries and events sent at once, outside its long poll (a collective

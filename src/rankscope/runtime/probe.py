@@ -26,6 +26,7 @@ from rankscope.config import Config
 from rankscope.context import RankContext, get_context
 from rankscope.runtime.capacity import MAX_HEARTBEAT_S
 from rankscope.runtime.clock import ClockOffset
+from rankscope.runtime.handler_worker import Handler, HandlerWorker
 from rankscope.runtime.protocol import (
     Command,
     CommandResult,
@@ -42,7 +43,6 @@ OWN_THREAD_PREFIX = "rankscope-"
 PROBE_THREAD_NAME = OWN_THREAD_PREFIX + "probe"
 HANDLER_THREAD_NAME = OWN_THREAD_PREFIX + "handler"
 """The worker thread that runs heavy (off-thread) handlers."""
-Handler = Callable[[dict[str, Any]], Any]
 Summary = Callable[[], Any]
 Startup = Callable[["Probe"], None]
 _HANDLERS: dict[str, Handler] = {}
@@ -139,80 +139,6 @@ class _ProgressCounter:
 progress = _ProgressCounter()
 
 
-class _Job:
-    """One heavy command on the worker thread; `done` is set when its handler returned."""
-
-    def __init__(self, kind: str, fn: Handler, args: dict[str, Any]) -> None:
-        self.kind, self.fn, self.args = kind, fn, args
-        self.done = threading.Event()
-        self.ok = False
-        self.payload: Any = None
-        self.error = ""
-
-    def run(self) -> None:
-        try:
-            self.payload, self.ok = self.fn(self.args), True
-        except Exception as exc:
-            self.error = f"{type(exc).__name__}: {exc}"
-            log.debug("rankscope handler %s failed:\n%s", self.kind, traceback.format_exc())
-
-
-class HandlerWorker:
-    """The one thread that runs heavy handlers: one command at a time and none queued, so a
-    slow handler costs the process one thread's work, never a growing backlog."""
-
-    def __init__(self, name: str = HANDLER_THREAD_NAME) -> None:
-        self._name = name
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._current: _Job | None = None
-        """The job started and not yet returned (it may run past its budget)."""
-        self._next: _Job | None = None
-        self._thread: threading.Thread | None = None
-        self._stopped = False
-
-    def submit(self, kind: str, fn: Handler, args: dict[str, Any]) -> _Job | str:
-        """Start `fn(args)`; when an earlier job still runs, the one-line reason it cannot."""
-        with self._lock:
-            if self._current is not None:
-                return f"still busy with the previous {self._current.kind} request; try again"
-            if self._stopped:
-                return "the probe is stopping"
-            job = self._current = self._next = _Job(kind, fn, args)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
-                self._thread.start()
-            self._wake.notify()
-            return job
-
-    @property
-    def busy_with(self) -> str | None:
-        """The kind of the job still running, if any."""
-        with self._lock:
-            return None if self._current is None else self._current.kind
-
-    def stop(self) -> None:
-        """Let the thread end once its job (if any) returns; a handler is never interrupted."""
-        with self._lock:
-            self._stopped = True
-            self._wake.notify()
-
-    def _loop(self) -> None:
-        while True:
-            with self._lock:
-                while self._next is None and not self._stopped:
-                    self._wake.wait()
-                if self._next is None:
-                    return
-                job, self._next = self._next, None
-            try:
-                job.run()
-            finally:  # free the slot before `done`: a command right after is not "busy"
-                with self._lock:
-                    self._current = None
-                job.done.set()
-
-
 class Probe:
     """One per process; start with `rankscope.init()`, never directly."""
 
@@ -234,7 +160,7 @@ class Probe:
         self.connected = threading.Event()
         self.clock = ClockOffset()
         """The hub's clock minus ours, from heartbeat round trips (`clock.estimate()`)."""
-        self._worker = HandlerWorker()
+        self._worker = HandlerWorker(HANDLER_THREAD_NAME)
         self._thread = threading.Thread(target=self._run, name=PROBE_THREAD_NAME, daemon=True)
 
     # ---------------------------------------------------------------- public
@@ -308,6 +234,12 @@ class Probe:
         if reply.interval is not None:
             self.interval = _interval(reply.interval, self.config.heartbeat_interval)
         self._via().asked(reply)
+        if reply.stop:  # Ray declared our node dead: the hub no longer watches us
+            log.warning(
+                "rankscope probe: stopping, the hub holds this process dead: %s", reply.stop
+            )
+            self._stop.set()
+            return
         if not reply.known:  # the hub restarted and forgot us
             self._registered = None
             return

@@ -96,6 +96,9 @@ class PollReply:
     relay: bool = False
     """The hub asks the probe to poll through its node's relay (`runtime.relay`): many probes
     are live, and one batched call per node costs the hub what one probe's call costs."""
+    stop: str = ""
+    """Why the hub holds this process dead for good although it polls (its node is gone for
+    Ray: an orphaned worker): the probe stops polling. Empty: carry on."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ class BatchReply:
     hub_received: float
     hub_replied: float
     interval: float
+    stop: dict[str, str] = field(default_factory=dict)
+    """Probes told to stop polling, and why (`PollReply.stop`)."""
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,7 @@ class RelayCore:
             flying, slot.flying = slot.flying, None
             if slot.waiter is not None and slot.waiter is flying and not slot.waiter.done():
                 answer = PollReply(known, commands, reply.hub_received, reply.hub_replied,
-                                   reply.interval)  # fmt: skip
+                                   reply.interval, stop=reply.stop.get(probe_id, ""))  # fmt: skip
                 slot.waiter.set_result(answer)
                 self._handed(commands, now)
             elif not known:
