@@ -34,13 +34,14 @@ def hang_report(
     ranked = [p for p in probes if p.context.rank is not None]
     ranked = _newest_per_rank(ranked)
     live = [p for p in ranked if p.state != ProbeState.DEAD]
-    answers = client.fan_out("collectives", live, deadline_s=deadline_s) if live else None
+    asked = client.start_fan_out("collectives", live, deadline_s=deadline_s) if live else None
+    stacks = collect_stacks(client, live, deadline_s=deadline_s)  # with it: one round trip
     snapshots: dict[str, RecorderSnapshot] = {}
-    if answers is not None:
-        snapshots = {r.probe_id: r.payload for r in answers.replies if r.ok}
+    if asked is not None:
+        snapshots = {r.probe_id: r.payload for r in asked().replies if r.ok}
     where: dict[str, str] = {}
     children: dict[str, list[str]] = {}
-    for s in collect_stacks(client, live, deadline_s=deadline_s):
+    for s in stacks:
         thread = active_thread(s.threads)
         if thread is None:
             continue

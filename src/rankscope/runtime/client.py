@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,9 +188,22 @@ class HubClient:
         deadline_s: float | None = None,
     ) -> FanOutResult:
         """Ask `probes` to run `kind`; the hub waits up to `deadline_s` for their replies."""
+        return self.start_fan_out(kind, probes, args=args, deadline_s=deadline_s)()
+
+    def start_fan_out(
+        self,
+        kind: str,
+        probes: list[ProbeStatus],
+        *,
+        args: dict[str, Any] | None = None,
+        deadline_s: float | None = None,
+    ) -> Callable[[], FanOutResult]:
+        """As `fan_out`, but returns at once; call what it returns for the result. Fan-outs
+        started together reach each probe in one poll and come back together: one round trip
+        instead of one each (at 4,096 ranks each round is seconds)."""
         ids = [p.info.probe_id for p in probes]
         ref = self.handle.fan_out.remote(kind, args, probe_ids=ids, deadline_s=deadline_s)
-        return self._get(ref, HUB_CALL_TIMEOUT_S + (deadline_s or 0.0))
+        return lambda: self._get(ref, HUB_CALL_TIMEOUT_S + (deadline_s or 0.0))
 
     def _get(self, ref: Any, timeout_s: float = HUB_CALL_TIMEOUT_S) -> Any:
         """The call's result; a hub that is restarting, gone or too slow raises one clear line.

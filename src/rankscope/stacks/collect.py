@@ -14,7 +14,7 @@ import ray
 from rankscope.errors import UserError
 from rankscope.ranks import parse_rank_spec
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.protocol import FanOutResult, ProbeState, ProbeStatus
 from rankscope.runtime.selection import filter_group, filter_ranks
 from rankscope.stacks.analysis import StackReport, confirmed, group_stacks
 from rankscope.stacks.model import ChildProcess, ProcessStacks
@@ -38,7 +38,11 @@ def collect_stacks(
     """Stacks of every process in `probes`, by probe when it answers, else by py-spy; and of
     their child processes by py-spy (those py-spy cannot read, not Python, are left out)."""
     live = [p for p in probes if p.state != ProbeState.DEAD]
-    result = client.fan_out("stacks", live, deadline_s=deadline_s) if live else None
+    asked = client.start_fan_out("stacks", live, deadline_s=deadline_s) if live else None
+    kids = (
+        client.start_fan_out("children", live, deadline_s=deadline_s) if live and children else None
+    )
+    result = asked() if asked is not None else None  # both in one round trip per probe
     by_id = {p.info.probe_id: p for p in live}
     gathered: list[ProcessStacks] = []
     fallback: list[tuple[ProbeStatus, str]] = []
@@ -51,9 +55,9 @@ def collect_stacks(
                 fallback.append((status, f"probe failed: {reply.error}"))
         fallback.extend((s, f"probe did not answer within {deadline_s:g}s") for s in result.missing)
     gathered.extend(_pyspy_all(fallback))
-    if children and result is not None:
-        answered = [by_id[r.probe_id] for r in result.replies if r.ok]
-        gathered.extend(_children_stacks(client, answered, deadline_s))
+    if result is not None and kids is not None:
+        answered = {r.probe_id: by_id[r.probe_id] for r in result.replies if r.ok}
+        gathered.extend(_children_stacks(kids(), answered))
     now = time.time()
     gathered.extend(
         ProcessStacks(p, (), "none", f"process is dead ({_why_dead(p, now)})")
@@ -68,17 +72,13 @@ def _why_dead(probe: ProbeStatus, now: float) -> str:
     return probe.reason or f"last heard {now - probe.last_seen:.0f}s ago"
 
 
-def _children_stacks(
-    client: HubClient, parents: list[ProbeStatus], deadline_s: float
-) -> list[ProcessStacks]:
-    if not parents:
-        return []
-    by_id = {p.info.probe_id: p for p in parents}
-    asked = client.fan_out("children", parents, deadline_s=deadline_s)
+def _children_stacks(asked: FanOutResult, by_id: dict[str, ProbeStatus]) -> list[ProcessStacks]:
+    """py-spy the child processes `asked` (the `children` fan-out) found of the ranks in
+    `by_id` (those that answered `stacks`)."""
     targets = [
         (_as_child(by_id[reply.probe_id], child), "")
         for reply in asked.replies
-        if reply.ok
+        if reply.ok and reply.probe_id in by_id
         for child in reply.payload
     ]
     parent_of = {
