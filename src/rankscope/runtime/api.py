@@ -48,7 +48,7 @@ def init(
         config = Config.from_env(
             level=level, heartbeat_interval=heartbeat_interval, hang_timeout=hang_timeout
         )
-        if config.level == "off" or os.environ.get("RANKSCOPE_ROLE") == "hub":
+        if config.level == "off" or os.environ.get("RANKSCOPE_ROLE") in ("hub", "relay"):
             return None
         _start(config)
         return _probe
