@@ -32,7 +32,7 @@ from rankscope.runtime.run_dir import append_events, write_atomically
 JOB = "04000000"
 
 
-def synthetic_run(run_dir: str, ranks: int, snapshots: int) -> str:
+def synthetic_run(run_dir: str, ranks: int, snapshots: int, step_files: bool = True) -> str:
     t0 = 1_796_300_000.0
     batch = []
     for r in range(ranks):
@@ -66,7 +66,8 @@ def synthetic_run(run_dir: str, ranks: int, snapshots: int) -> str:
     labels = [{"pid": 10_000 + r, "label": f"rank {r}"} for r in range(ranks)]
     profile = {"data": {"memory": {"ranks": labels}, "replies": replies}}
     write_atomically(run_dir, JOB, "memory-profile-1.json", json.dumps(profile))
-    for r in range(ranks):  # each rank's whole-run steps, as monitor.history writes them
+    for r in range(ranks if step_files else 0):  # each rank's whole run, as monitor.history
+        # writes it
         rows = [[s * 8, round(t0 + s * 0.8 + r * 1e-4, 3), round(2 / (1 + s / 50), 6),
                  32768.0, 1.25] for s in range(1, MAX_POINTS + 1)]  # fmt: skip
         doc = {"kind": "rankscope.steps", "version": 1, "rank": r, "group": "10.0.0.1:29500",
@@ -160,9 +161,14 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=4096)
     parser.add_argument("--snapshots", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--no-step-files", action="store_true", help="the run directory before step files"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        job_dir = synthetic_run(os.path.join(tmp, "runs"), args.ranks, args.snapshots)
+        job_dir = synthetic_run(
+            os.path.join(tmp, "runs"), args.ranks, args.snapshots, not args.no_step_files
+        )
         sizes = {n: os.path.getsize(os.path.join(job_dir, n)) for n in os.listdir(job_dir)}
         steps = sum(s for n, s in sizes.items() if n.startswith("steps-"))
         sizes = {n: s for n, s in sizes.items() if not n.startswith("steps-")}
