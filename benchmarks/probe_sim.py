@@ -311,10 +311,10 @@ class SimProbe:
             return self._cached("stacks", lambda: stacks_payload(self.rank))
         if command.kind == "children":
             return CommandResult(self.probe_id, True, payload=())
-        if command.kind == "collectives":
-            ring, world = self.sim.ring, self.sim.world
+        if command.kind == "collectives":  # one group: its newest `per_group`, as the probe
+            ring, world = min(self.sim.ring, command.args.get("per_group") or 10**9), self.sim.world
             return self._cached(
-                "collectives",  # as hang.evidence: rank lists inline only for small groups
+                f"collectives-{ring}",  # as hang.evidence: rank lists inline only for small groups
                 lambda: recorder_snapshot(
                     self.rank, world, ring, time.time(), with_groups=world <= INLINE_RANKS
                 ),

@@ -189,3 +189,33 @@ def test_a_probe_on_a_node_ray_declared_dead_is_told_to_stop_polling(tmp_path):
         assert rows["p1"].state == ProbeState.DEAD and rows["p1"].summaries  # last words kept
 
     asyncio.run(asyncio.wait_for(main(), 3.0))
+
+
+def test_hang_at_scale_asks_each_groups_newest_records_and_finds_the_same_hang():
+    """`rankscope hang` past 256 ranks asks each rank for its groups' newest records, not its
+    whole ring; the analysis, which aligns the newest sequence numbers, says the same."""
+    from rankscope.hang.analysis import analyze_hang
+    from rankscope.hang.evidence import WINDOW_PER_GROUP, newest_per_group
+    from rankscope.hang.model import CallState, CollectiveRecord
+
+    def rec(group: str, seq: int, started: bool = False) -> CollectiveRecord:
+        state = CallState.STARTED if started else CallState.COMPLETED
+        return CollectiveRecord(group, seq, "all_reduce", ((8,),), ("float32",), 900.0,
+                                None if started else 900.1, state, "train.py:88")  # fmt: skip
+
+    def ring(rank: int) -> tuple[CollectiveRecord, ...]:  # 2,000 calls, two groups interleaved
+        last = 1000 if rank == 3 else 1001  # rank 3 never enters #1001 of group "dp"
+        out = [rec(g, s) for s in range(1, last) for g in ("dp", "tp")]
+        return (*out, *([rec("dp", last, started=True)] if rank != 3 else []))
+
+    from rankscope.hang.analysis import RankEvidence
+
+    groups = {"dp": (0, 1, 2, 3), "tp": (0, 1, 2, 3)}
+    full = [RankEvidence(r, ring(r), groups) for r in range(4)]
+    window = [
+        RankEvidence(r, newest_per_group(ring(r), WINDOW_PER_GROUP), groups) for r in range(4)
+    ]
+    assert len(window[0].records) == 2 * WINDOW_PER_GROUP  # the newest of each group
+    assert window[0].records[-1].seq == 1001 and window[0].records[-1].group == "dp"
+    assert analyze_hang("j", window, 1000.0).findings == analyze_hang("j", full, 1000.0).findings
+    assert analyze_hang("j", window, 1000.0).findings[0].ranks == (3,)

@@ -7,6 +7,7 @@ import time
 
 from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
 from rankscope.hang.death import find_deaths
+from rankscope.hang.evidence import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.hang.flight import merge_flight
 from rankscope.hang.model import DeathKind, RecorderSnapshot
 from rankscope.runtime.client import HubClient
@@ -34,7 +35,12 @@ def hang_report(
     ranked = [p for p in probes if p.context.rank is not None]
     ranked = _newest_per_rank(ranked)
     live = [p for p in ranked if p.state != ProbeState.DEAD]
-    asked = client.start_fan_out("collectives", live, deadline_s=deadline_s) if live else None
+    window = {"per_group": WINDOW_PER_GROUP} if len(live) > INLINE_RANKS else None
+    asked = (
+        client.start_fan_out("collectives", live, args=window, deadline_s=deadline_s)
+        if live
+        else None
+    )
     stacks = collect_stacks(client, live, deadline_s=deadline_s)  # with it: one round trip
     snapshots: dict[str, RecorderSnapshot] = {}
     if asked is not None:

@@ -1,6 +1,8 @@
 """What each probe reports about its collectives and whereabouts, live and as last words.
 
-The `collectives` command returns the whole ring buffer; the heartbeat summaries carry the
+The `collectives` command returns the whole ring buffer, or with `per_group` only each group's
+newest records (`rankscope hang` past INLINE_RANKS ranks: at 4,096 ranks the whole 2,000-call
+ring of every rank is 640 MB through the hub); the heartbeat summaries carry the
 last few records (none while the level is off; the groups' rank lists go to the hub once, by
 `register_groups`) and where the process is (its thread in a
 collective or in user code, which need not be the main thread), so the hub still knows them
@@ -10,6 +12,7 @@ after the process died.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any
 
 from rankscope import level as _level
@@ -27,9 +30,28 @@ bigger group's comes from the hub, which has it once (`seen_groups`): at 4,096 r
 were 16 KB of every rank's reply, 64 MB through the hub for one `rankscope hang`."""
 
 
+WINDOW_PER_GROUP = 32
+"""The newest collectives of each group `rankscope hang` asks of every rank in a big job: the
+analysis aligns the ranks at the newest sequence numbers (who waits, who never entered)."""
+
+
+def newest_per_group(records: tuple[Any, ...], per_group: int) -> tuple[Any, ...]:
+    """The last `per_group` records of each group, in their order."""
+    seen: Counter[str] = Counter()
+    keep = []
+    for record in reversed(records):
+        if seen[record.group] < per_group:
+            seen[record.group] += 1
+            keep.append(record)
+    return tuple(reversed(keep))
+
+
 @register_handler("collectives")
 def _collectives_command(args: dict[str, Any]) -> RecorderSnapshot:
     snapshot = collective_recorder().snapshot()
+    if args.get("per_group"):
+        records = newest_per_group(snapshot.records, int(args["per_group"]))
+        snapshot = dataclasses.replace(snapshot, records=records)
     flight, flight_groups = read_flight_recorder()
     groups = {name: ranks for name, ranks in snapshot.groups.items() if len(ranks) <= INLINE_RANKS}
     return dataclasses.replace(snapshot, groups=groups, flight=flight, flight_groups=flight_groups)
