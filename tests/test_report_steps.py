@@ -129,3 +129,13 @@ def test_the_files_table_folds_the_step_files_into_one_line():
     assert [r[0] for r in rows] == [
         "events.jsonl", "trace-1.json", "steps-*.json (4,096 files, one per rank)"
     ]  # fmt: skip
+
+
+def test_a_damaged_step_file_costs_its_rank_only():
+    good = {"kind": "rankscope.steps", "rank": 0, "group": "g", "stride": 1,
+            "columns": ["step", "t", "loss", "tokens", "grad_norm"],
+            "rows": [[1, 1.0, 2.0, 10, 1.0], [2, 2.0, 1.9, 10, 1.0]]}  # fmt: skip
+    cut = {**good, "rank": 1, "rows": [[1, 1.0, 2.0], [2, "x"]]}
+    odd = {**good, "rank": 2, "columns": ["t", "step"]}
+    series, _, _ = series_from_docs([good, cut, odd])
+    assert [s["rank"] for s in series] == [0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from rankscope.monitor.collectives import align, latency_findings, step_waits, window_as_one_step
 from rankscope.monitor.model import (
@@ -395,8 +395,14 @@ def stragglers(series: Sequence[RankSeries], threshold: float = 1.2) -> list[Str
     )
 
 
-def analyze(series: Sequence[RankSeries], thresholds: Thresholds | None = None) -> list[Finding]:
-    """Every finding over a job's ranks; cross-rank ones compare ranks of one group only."""
+def analyze(
+    series: Sequence[RankSeries],
+    thresholds: Thresholds | None = None,
+    per_rank: Callable[[RankSeries], bool] | None = None,
+) -> list[Finding]:
+    """Every finding over a job's ranks; cross-rank ones compare ranks of one group only.
+    `per_rank` picks the ranks whose own series the per-rank detectors read (None: all; the
+    job report past 64 ranks: the odd ones, `report.trends.odd_ones`)."""
     thresholds = thresholds or Thresholds()
     found: list[Finding] = []
     nonfinite = first_nonfinite(series)
@@ -426,9 +432,9 @@ def analyze(series: Sequence[RankSeries], thresholds: Thresholds | None = None) 
         found += latency_findings(alignment, group, thresholds.collective_latency_s)
         found += loss_disagreement(members, thresholds)
         for s in members:
-            found += [
-                _in_group(f, group) for f in rank_findings(s.samples, thresholds, rank=s.rank)
-            ]
+            if per_rank is None or per_rank(s):
+                own = rank_findings(s.samples, thresholds, rank=s.rank)
+                found += [_in_group(f, group) for f in own]
             found += [_in_group(f, group) for f in memory_findings(s.rank, s.memory, thresholds)]
     return found
 

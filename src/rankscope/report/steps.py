@@ -8,6 +8,7 @@ and grad-norm charts and the training-health verdicts outlive the job.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterable
@@ -62,48 +63,37 @@ def series_from_docs(
     docs: Iterable[dict[str, Any]],
 ) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], int]:
     """The report's series and the monitor's findings over them (as `trends.monitor_data` makes
-    from the live series: past 64 ranks only the odd ranks' whole series are analysed), and the
+    from the live series: past 64 ranks the per-rank detectors read the odd ranks only), and the
     coarsest stride (1: every step kept)."""
     from rankscope.monitor.model import NonFinite, RankSeries, StepSample
-    from rankscope.report.trends import SCREENED, _table, _window, findings_over, odd_ones
+    from rankscope.report.trends import SCREENED, _table, findings_over, odd_ones
 
     kept, stride = [], 1
     for doc in docs:
-        columns = doc.get("columns") or []
-        rows = doc.get("rows") or []
-        if columns != list(COLUMNS):  # another writer's order: put ours back
-            at = [columns.index(c) for c in COLUMNS]
-            rows = [[row[i] for i in at] for row in rows]
-        rank = doc.get("rank")
-        kept.append((-1 if rank is None else int(rank), str(doc.get("group") or ""), rows, doc))
-        stride = max(stride, int(doc.get("stride") or 1))
-    kept.sort(key=lambda k: (k[1], k[0]))
-    tables = [_table(rows) for _, _, rows, _ in kept]
-    whole = odd_ones(tables) if len(kept) > 2 * SCREENED else None
-    window = _window()
-    analysed = []
-    for i, (rank, group, _, doc) in enumerate(kept):
-        a = tables[i] if whole is None or i in whole else tables[i][-window:]
-        samples = tuple(
-            StepSample(int(r[0]), r[1], _number(r[2]), _number(r[3]), _number(r[4]))
-            for r in a.tolist()
-        )
-        bad = doc.get("first_nonfinite")
-        analysed.append(
-            RankSeries(
-                rank,
-                group,
+        try:  # a damaged file costs its rank's series, never the page
+            columns = doc.get("columns") or []
+            rows = doc.get("rows") or []
+            if columns != list(COLUMNS):  # another writer's order: put ours back
+                at = [columns.index(c) for c in COLUMNS]
+                rows = [[row[i] for i in at] for row in rows]
+            table = _table(rows)
+            samples = tuple(itertools.starmap(StepSample, rows))  # the file's columns, in order
+            bad = doc.get("first_nonfinite")
+            rank = doc.get("rank")
+            series = RankSeries(
+                -1 if rank is None else int(rank),
+                str(doc.get("group") or ""),
                 str(doc.get("node") or ""),
                 "",
                 samples,
                 first_nonfinite=NonFinite(**bad) if isinstance(bad, dict) else None,
             )
-        )
-    data = tuple({"rank": rank, "group": group, "samples": rows} for rank, group, rows, _ in kept)
-    return data, findings_over(analysed), stride
-
-
-def _number(value: float) -> float | None:
-    """None for a number not given (NaN in the table); a loss that went NaN is in
-    `first_nonfinite`."""
-    return None if value != value else value
+            stride = max(stride, int(doc.get("stride") or 1))
+        except (TypeError, ValueError, AttributeError):
+            continue
+        kept.append((series, rows, table))
+    kept.sort(key=lambda k: (k[0].group, k[0].rank))
+    whole = odd_ones([t for _, _, t in kept]) if len(kept) > 2 * SCREENED else None
+    analysed = [s for s, _, _ in kept]
+    data = tuple({"rank": s.rank, "group": s.group, "samples": rows} for s, rows, _ in kept)
+    return data, findings_over(analysed, whole), stride

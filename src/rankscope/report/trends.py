@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -53,28 +52,30 @@ def monitor_data(
         {"rank": s.rank, "group": s.group, "samples": r} for s, r in zip(kept, rows, strict=True)
     )
     whole = odd_ones([_table(r) for r in rows]) if len(kept) > 2 * SCREENED else None
-    window = _window()
-    analysed = [
-        s if whole is None or i in whole else replace(s, samples=s.samples[-window:])
-        for i, s in enumerate(kept)
-    ]
-    return data, findings_over(analysed)
+    return data, findings_over(kept, whole)
 
 
-def findings_over(series: Sequence[RankSeries]) -> tuple[dict[str, Any], ...]:
+def findings_over(
+    series: Sequence[RankSeries], whole: set[int] | None
+) -> tuple[dict[str, Any], ...]:
+    """The monitor's findings; the per-rank detectors over the series at the indexes `whole`
+    only (None: all), the cross-rank tests over every rank."""
     from rankscope.monitor.analysis import analyze
     from rankscope.serialize import plain
 
-    return ({"findings": plain(analyze(series))},)
+    if whole is None:
+        return ({"findings": plain(analyze(series))},)
+    chosen = {id(series[i]) for i in whole}
+    return ({"findings": plain(analyze(series, per_rank=lambda s: id(s) in chosen))},)
 
 
 def odd_ones(tables: Sequence[np.ndarray]) -> set[int]:
-    """The ranks (indexes of `tables`: [[step, time, loss, tokens, grad_norm]]) whose whole
-    series the monitor's per-rank detectors read: the `SCREENED` whose loss, and the
-    `SCREENED / 2` whose seconds per step, are farthest from the median rank's (relative, at
-    any step). The others give their last `Thresholds.loss_window` steps, all that the
-    cross-rank tests (loss disagreement, stragglers) read: the per-rank detectors (spikes,
-    oscillation, divergence, drift) cost ~8 ms a rank of 128 points, 30 s at 4,096 ranks."""
+    """The ranks (indexes of `tables`: [[step, time, loss, tokens, grad_norm]]) whose series
+    the monitor's per-rank detectors (spikes, oscillation, divergence, drift: ~8 ms a rank of
+    128 points, 30 s at 4,096 ranks) read: the `SCREENED` whose loss, and the `SCREENED / 2`
+    whose seconds per step, are farthest from the median rank's (relative, at any step). A
+    rank close to the median everywhere shows what the median rank shows; the cross-rank tests
+    (loss disagreement, stragglers) still read every rank."""
     chosen: set[int] = set()
     for column, count in ((2, SCREENED), (-1, SCREENED // 2)):
         curves = {}
@@ -100,12 +101,6 @@ def odd_ones(tables: Sequence[np.ndarray]) -> set[int]:
         keys = list(curves)
         chosen.update(keys[j] for j in np.argsort(-far)[:count])
     return chosen
-
-
-def _window() -> int:
-    from rankscope.monitor.model import Thresholds
-
-    return Thresholds().loss_window
 
 
 def trends_section(data: RunData, now: float) -> Section | None:
