@@ -165,13 +165,25 @@ def test_two_heartbeats_not_yet_forwarded_merge_keeping_every_event():
     assert merge_requests(with_groups, second).groups == {"0": (0, 1)}  # still to be sent
 
 
-def test_relays_cost_the_hub_a_few_calls_each_in_the_interval_rule():
-    from rankscope.runtime.capacity import callers_per_interval, heartbeat_interval
+def test_the_hub_measures_what_a_heartbeat_costs_it_and_spaces_them_by_that():
+    from rankscope.runtime.capacity import (
+        HUB_CPU_PER_HEARTBEAT_S,
+        MIN_SAMPLE_BEATS,
+        HeartbeatCost,
+        heartbeat_interval,
+    )
 
-    assert callers_per_interval(4096, 0, []) == 4096  # every probe polls the hub itself
-    assert callers_per_interval(4096, 4096, [8] * 512) == 1536  # 3 per node of 8
-    assert callers_per_interval(10, 2, [1, 1]) == 10  # a relay of one costs what its probe does
-    assert heartbeat_interval(1536, 1.0) < heartbeat_interval(4096, 1.0)
+    meter = HeartbeatCost()
+    assert meter.sample(10.0, 0) == HUB_CPU_PER_HEARTBEAT_S  # nothing measured yet
+    assert meter.sample(10.1, MIN_SAMPLE_BEATS - 1) == HUB_CPU_PER_HEARTBEAT_S  # too few
+    for i in range(1, 40):  # 3 ms a heartbeat, for a while: the estimate follows
+        meter.sample(10.0 + i * 0.6, i * MIN_SAMPLE_BEATS)
+    assert abs(meter.cost - 3e-3) < 1e-4
+    assert meter.sample(1e6, 40 * MIN_SAMPLE_BEATS) <= 10e-3 * 0.2 + 3e-3 * 0.8 + 1e-9  # clamped
+    assert meter.for_probes(4096) == meter.cost  # used at scale ...
+    assert meter.for_probes(16) == HUB_CPU_PER_HEARTBEAT_S  # ... not for a small job
+    assert heartbeat_interval(4096, 1.0, 3e-3) == 24.75  # 4,096 x 3 ms / half a core
+    assert heartbeat_interval(4096, 1.0, 0.5e-3) == 4.25  # cheaper (relays): more often
 
 
 def test_a_probe_on_a_node_ray_declared_dead_is_told_to_stop_polling(tmp_path):

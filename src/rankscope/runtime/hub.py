@@ -25,11 +25,7 @@ import ray
 
 from rankscope._version import __version__
 from rankscope.config import HUB_NAME, Config, hub_namespace
-from rankscope.runtime.capacity import (
-    callers_per_interval,
-    dead_after_for,
-    heartbeat_interval,
-)
+from rankscope.runtime.capacity import HeartbeatCost, dead_after_for, heartbeat_interval
 from rankscope.runtime.coordination import Claims, Exchanges
 from rankscope.runtime.liveness import NODE_SWEEP_S, dead_nodes, process_still_exists
 from rankscope.runtime.mailbox import PendingReplies
@@ -80,6 +76,10 @@ class Hub:
         live probes, recomputed by the reaper)."""
         self._live = 0
         """Live probes, as the reaper last counted them (every <= 1 s, not per poll)."""
+        self._beats = 0
+        """Heartbeats taken so far (a relay's batch counts its probes; last words too)."""
+        self._cost = HeartbeatCost()
+        """The CPU each costs this hub, measured live (`capacity.HeartbeatCost`)."""
 
     # ----------------------------------------------------------------- probes
     async def register(self, info: ProbeInfo, progress: Progress) -> str:
@@ -153,6 +153,7 @@ class Hub:
             self._heard(record, request)
 
     def _heard(self, record: ProbeRecord, request: PollRequest) -> None:
+        self._beats += 1
         record.heard_from(request, time.time())
         if request.groups:
             self._registry.learn_groups(record, request.groups)
@@ -269,9 +270,9 @@ class Hub:
                 self._checks.add(asyncio.ensure_future(self._classify_silent(record)))
             self._registry.forget_oldest_dead()
             self._live = self._registry.live_count()
-            sizes = self._relays.sizes()
-            callers = callers_per_interval(self._live, sum(sizes), sizes)
-            self._interval = heartbeat_interval(callers, configured)
+            self._cost.sample(time.process_time(), self._beats)
+            cost = self._cost.for_probes(self._live)
+            self._interval = heartbeat_interval(self._live, configured, cost)
 
     async def _watch_nodes_forever(self) -> None:
         """Ray's verdict on nodes: probes on a node Ray declared dead are dead ("node gone"),

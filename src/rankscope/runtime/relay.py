@@ -291,7 +291,3 @@ class HubRelays:
         if relay is None:
             return {}
         return {p: r.mailbox.take() for p, r in relay.members.items() if r.mailbox.commands}
-
-    def sizes(self) -> list[int]:
-        """Probes per relay (with members): the hub's load from relays (`capacity`)."""
-        return [len(r.members) for r in self._relays.values()]
