@@ -77,6 +77,17 @@ def test_a_live_sample_every_switch_goes_back_with_the_level():
     assert level.current().level == "light"
 
 
+def test_a_sampling_only_switch_keeps_the_pending_switch_back():
+    """`rankscope level --sample-every 5` (no LEVEL, no --for) during a `--for` keeps the
+    timer: the rank still goes back to its level instead of staying at `full` for good."""
+    first = answer_level({"level": "full", "for_s": 0.5})
+    state = answer_level({"sample_every": 5})
+    assert (state.level, state.sample_every) == ("full", 5)
+    assert (state.until, state.back_to) == (first.until, "light")
+    wait_until(lambda: level.current().level == "light", timeout=5, what="the switch back")
+    assert level.current().back_to is None and level.current().sample_every == 1
+
+
 @pytest.mark.parametrize("bad", ["0", "-3", "1.5", "ten"])
 def test_bad_sample_every_is_one_line_exit_2(bad):
     """Checked before the CLI looks for a hub (CliRunner, no cluster needed)."""

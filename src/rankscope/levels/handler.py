@@ -16,8 +16,11 @@ def answer_level(args: dict[str, Any]) -> _level.LevelState:
     """`{"level": "full", "sample_every": 10, "for_s": 600}` switches the level and/or the
     sampling (and both back after `for_s`); `{}` only reports."""
     sample = args.get("sample_every")
+    for_s = args.get("for_s")
+    if not args.get("level") and sample is not None and not for_s:
+        # sampling only: a pending `--for` keeps its timer and the level it goes back to
+        return _level.configure(sample_every=int(sample))
     if args.get("level") or sample is not None:
-        for_s = args.get("for_s")
         return _level.set_level(
             str(args.get("level") or _level.current().level),
             for_s=float(for_s) if for_s else None,
