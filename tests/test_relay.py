@@ -5,6 +5,7 @@ the fallback when a relay goes away."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from typing import Any
@@ -151,6 +152,29 @@ def test_a_probe_that_polls_the_hub_directly_leaves_its_relay_and_gets_its_comma
         assert [c.kind for c in reply.commands] == ["stacks"]
         await hub.reply(CommandResult("p0", True, payload="ok"), reply.commands[0].id)
         assert [r.payload for r in (await asking).replies] == ["ok"]
+
+    asyncio.run(main())
+
+
+def test_through_a_relay_a_probe_heartbeats_once_an_interval_and_keeps_the_relay(tmp_path):
+    async def main() -> None:
+        config = Config(run_dir=str(tmp_path), heartbeat_interval=0.2, dead_after=60.0)
+        hub = Hub(dataclasses.replace(config, relay_above=0))  # the hub asks for relays
+        await hub.register(_info(0), Progress(0, time.time()))
+        link = InProcessHub(hub)
+        relay = RelayCore("node-a", link)
+        replies = []
+        start = time.time()
+        while time.time() - start < 1.0:  # a probe at a 0.2 s interval, for 1 s
+            replies.append(await relay.poll(_request(0, len(replies) + 1), 0.2))
+        # the batch waits half the interval; the probe still polls once an interval, not twice
+        assert 4 <= len(replies) <= 6, len(replies)
+        # the hub's wish for relays reaches the probe through its relay (no flip to the hub)
+        assert all(r.relay for r in replies[2:])  # once the hub counted its live probes
+        # the hold at the relay counts as the hub's: the probe's clock sample stays tight
+        r = replies[-1]
+        assert r.hub_received is not None and r.hub_replied is not None
+        assert r.hub_replied - r.hub_received > 0.15
 
     asyncio.run(main())
 

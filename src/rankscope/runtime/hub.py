@@ -143,7 +143,9 @@ class Hub:
         for record in known:  # parked at their relay all along: alive, as a long poll here
             record.last_seen, record.interval = now, self._interval
         replies.update((p, (True, c)) for p, c in self._relays.take(relay_id).items())
-        return BatchReply(replies, received, time.time(), self._interval, stop)
+        return BatchReply(
+            replies, received, time.time(), self._interval, stop, relay=self._want_relays()
+        )
 
     async def last_words(self, request: PollRequest) -> None:
         """A probe's summaries and events sent at once, outside its long poll (a collective

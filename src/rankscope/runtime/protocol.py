@@ -113,6 +113,8 @@ class BatchReply:
     interval: float
     stop: dict[str, str] = field(default_factory=dict)
     """Probes told to stop polling, and why (`PollReply.stop`)."""
+    relay: bool = True
+    """The hub still asks for relays (`PollReply.relay`), passed on to every probe's reply."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ __all__ = ["BATCH_WAIT_SHARE", "HubRelays", "RelayCore", "RelayHub", "merge_requ
 
 BATCH_WAIT_SHARE = 0.5
 """The relay's batched long poll waits this share of the probes' interval: a probe that polls
-while a batch is out waits for it and its own batch, together within one interval."""
+while a batch is out waits for it and its own batch, together within one interval. A probe whose
+batch came back early is answered when its interval is up (`RelayCore._answer_later`)."""
 REPLY_LINGER_S = 0.1
 """Replies wait this long at most for the node's other replies to the same commands."""
 HELD_COMMANDS = 64
@@ -104,16 +105,16 @@ class RelayCore:
         slot.pending = request if slot.pending is None else merge_requests(slot.pending, request)
         self._wake.set()
         if slot.waiter is not None and not slot.waiter.done():
-            slot.waiter.set_result(PollReply(known=True))  # superseded: its caller gave up
+            slot.waiter.set_result(PollReply(known=True, relay=True))  # superseded: caller gave up
         if slot.held:
             commands, slot.held = tuple(slot.held), []
-            return PollReply(known=True, commands=commands, interval=self.wait_s)
+            return PollReply(known=True, commands=commands, interval=self.wait_s, relay=True)
         waiter: asyncio.Future[PollReply] = asyncio.get_running_loop().create_future()
         slot.waiter = waiter
         try:
             return await asyncio.wait_for(asyncio.shield(waiter), timeout=wait_s + 2.0)
         except asyncio.TimeoutError:  # the hub is slow: the request stays pending
-            return PollReply(known=True, interval=self.wait_s)
+            return PollReply(known=True, interval=self.wait_s, relay=True)
         finally:
             if slot.waiter is waiter:
                 slot.waiter = None
@@ -180,8 +181,13 @@ class RelayCore:
             flying, slot.flying = slot.flying, None
             if slot.waiter is not None and slot.waiter is flying and not slot.waiter.done():
                 answer = PollReply(known, commands, reply.hub_received, reply.hub_replied,
-                                   reply.interval, stop=reply.stop.get(probe_id, ""))  # fmt: skip
-                slot.waiter.set_result(answer)
+                                   reply.interval, relay=reply.relay,
+                                   stop=reply.stop.get(probe_id, ""))  # fmt: skip
+                due = slot.last_poll + self.wait_s - now
+                if known and not commands and not answer.stop and due > 0:
+                    self._answer_later(slot.waiter, answer, due)  # one heartbeat an interval
+                else:
+                    slot.waiter.set_result(answer)
                 self._handed(commands, now)
             elif not known:
                 slot.held.clear()
@@ -194,11 +200,29 @@ class RelayCore:
                 continue
             self._give(slot, commands, now)
 
+    def _answer_later(
+        self, waiter: asyncio.Future[PollReply], answer: PollReply, due: float
+    ) -> None:
+        """Answer a parked poll with nothing to do when its interval is up, not when the batch
+        (which waits half an interval) returns: a probe heartbeats once an interval, as it
+        does polling the hub. Commands that come meanwhile answer it at once (`_give`). The
+        hub's reply time moves on by the time held here (this node's clock, the probe's too),
+        so the probe's clock sample sees the hold as the hub's, not as round trip."""
+        held_from = time.time()
+
+        def answer_now() -> None:
+            if not waiter.done():
+                late = time.time() - held_from
+                hub_replied = None if answer.hub_replied is None else answer.hub_replied + late
+                waiter.set_result(replace(answer, hub_replied=hub_replied))
+
+        asyncio.get_running_loop().call_later(due, answer_now)
+
     def _give(self, slot: _Slot, commands: tuple[Command, ...], now: float) -> None:
         if not commands:
             return
         if slot.waiter is not None and not slot.waiter.done():
-            slot.waiter.set_result(PollReply(True, commands, interval=self.wait_s))
+            slot.waiter.set_result(PollReply(True, commands, interval=self.wait_s, relay=True))
         else:
             slot.held = [*slot.held, *commands][-HELD_COMMANDS:]
         self._handed(commands, now)
