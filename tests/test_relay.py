@@ -179,6 +179,27 @@ def test_through_a_relay_a_probe_heartbeats_once_an_interval_and_keeps_the_relay
     asyncio.run(main())
 
 
+def test_held_events_are_bounded_and_a_dead_relayed_probe_leaves_its_relay(tmp_path):
+    from rankscope.runtime.relay import MAX_HELD_EVENTS, HubRelays
+
+    many = tuple(Event("e", float(i), {}) for i in range(MAX_HELD_EVENTS))
+    merged = merge_requests(_request(0, 1, many), _request(0, 2, many[:10]))
+    assert len(merged.events) == MAX_HELD_EVENTS and merged.dropped_events == 10
+    assert merged.events[-1] is many[9]  # the newest kept
+
+    async def main() -> None:
+        hub = _hub(tmp_path)
+        await hub.register(_info(0), Progress(0, time.time()))
+        (record,) = hub._registry.targets("job", None)
+        relays = HubRelays()
+        relays.join("node-a", record)
+        record.state = ProbeState.DEAD
+        relays.prune()
+        assert relays.take("node-a") == {} and record.relay is None
+
+    asyncio.run(main())
+
+
 def test_two_heartbeats_not_yet_forwarded_merge_keeping_every_event():
     first = _request(0, 1, (Event("a", 1.0, {}),))
     second = _request(0, 2, (Event("b", 2.0, {}),))

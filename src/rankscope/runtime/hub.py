@@ -271,6 +271,7 @@ class Hub:
             for record in self._registry.to_check(now, self._config.dead_after, configured):
                 self._checks.add(asyncio.ensure_future(self._classify_silent(record)))
             self._registry.forget_oldest_dead()
+            self._relays.prune()  # relayed probes that died leave their relay's members
             self._live = self._registry.live_count()
             self._cost.sample(time.process_time(), self._beats)
             cost = self._cost.for_probes(self._live)

@@ -23,7 +23,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from rankscope.runtime.protocol import BatchReply, Command, CommandResult, PollReply, PollRequest
+from rankscope.runtime.protocol import (
+    BatchReply,
+    Command,
+    CommandResult,
+    PollReply,
+    PollRequest,
+    ProbeState,
+)
 
 __all__ = ["BATCH_WAIT_SHARE", "HubRelays", "RelayCore", "RelayHub", "merge_requests"]
 
@@ -35,6 +42,8 @@ REPLY_LINGER_S = 0.1
 """Replies wait this long at most for the node's other replies to the same commands."""
 HELD_COMMANDS = 64
 """Commands kept for a probe that is not parked at the relay (as the hub's mailbox size)."""
+MAX_HELD_EVENTS = 1000
+"""A probe's events held at its relay while its heartbeats wait for a slow hub, at most."""
 FORGET_AFTER_S = 600.0
 """A probe that has not polled for this long is forgotten by its relay."""
 
@@ -51,9 +60,13 @@ class RelayHub(Protocol):
 
 def merge_requests(old: PollRequest, new: PollRequest) -> PollRequest:
     """Two heartbeats of one probe not yet forwarded, as one: the newest progress and
-    summaries, the events of both (oldest first), the newest group lists sent."""
+    summaries, the events of both (oldest first, the newest `MAX_HELD_EVENTS` kept while the
+    hub is slow; the rest counted as dropped), the newest group lists sent."""
     groups = new.groups if new.groups is not None else old.groups
-    return replace(new, events=old.events + new.events, groups=groups)
+    events = old.events + new.events
+    kept = events[-MAX_HELD_EVENTS:]
+    dropped = new.dropped_events + len(events) - len(kept)
+    return replace(new, events=kept, groups=groups, dropped_events=dropped)
 
 
 @dataclass
@@ -86,8 +99,8 @@ class RelayCore:
         self._expected: dict[str, float] = {}
         """Command ids handed to probes and not answered yet, with when they were handed."""
         self._answered = asyncio.Event()
-        self._tasks: list[asyncio.Future[None]] = []
-        self._flushing = False
+        self._runner: asyncio.Future[None] | None = None
+        self._flusher: asyncio.Future[None] | None = None
         self.wait_s = 1.0
         """The probes' interval (their long-poll wait), as the hub last asked."""
         self.batches = self.reply_batches = self.failures = 0
@@ -124,9 +137,8 @@ class RelayCore:
         self._replies.append((result, command_id))
         self._expected.pop(command_id, None)
         self._answered.set()
-        if not self._flushing:
-            self._flushing = True
-            self._tasks.append(asyncio.ensure_future(self._flush()))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
 
     @property
     def probes(self) -> int:
@@ -134,8 +146,8 @@ class RelayCore:
 
     # -------------------------------------------------------------- internals
     def _ensure_running(self) -> None:
-        if not self._tasks or self._tasks[0].done():
-            self._tasks = [asyncio.ensure_future(self._run())]
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
         while True:
@@ -243,23 +255,20 @@ class RelayCore:
     async def _flush(self) -> None:
         """Send the replies in: once every command handed out is answered, or after the
         linger; a reply that comes while one batch is out goes with the next."""
-        try:
-            while self._replies:
-                deadline = time.monotonic() + self._linger_s
-                while self._expected and time.monotonic() < deadline:
-                    self._answered.clear()
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(self._answered.wait(), deadline - time.monotonic())
-                stale = time.time() - 10 * self._linger_s - 10.0
-                self._expected = {c: t for c, t in self._expected.items() if t > stale}
-                batch, self._replies = self._replies, []
-                try:
-                    await self._hub.reply_batch(batch)
-                    self.reply_batches += 1
-                except Exception:  # the hub is away: these answers are late anyway
-                    self.failures += 1
-        finally:
-            self._flushing = False
+        while self._replies:
+            deadline = time.monotonic() + self._linger_s
+            while self._expected and time.monotonic() < deadline:
+                self._answered.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._answered.wait(), deadline - time.monotonic())
+            stale = time.time() - 10 * self._linger_s - 10.0
+            self._expected = {c: t for c, t in self._expected.items() if t > stale}
+            batch, self._replies = self._replies, []
+            try:
+                await self._hub.reply_batch(batch)
+                self.reply_batches += 1
+            except Exception:  # the hub is away: these answers are late anyway
+                self.failures += 1
 
 
 @dataclass
@@ -308,6 +317,17 @@ class HubRelays:
         relay.wakeup.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(relay.wakeup.wait(), timeout=timeout)
+
+    def prune(self) -> None:
+        """Drop members the hub holds dead: a relayed probe that died never polls the hub
+        directly again (which is what `leave`s it), so the reaper prunes it here."""
+        for relay_id, relay in list(self._relays.items()):
+            for probe_id, record in list(relay.members.items()):
+                if record.state == ProbeState.DEAD:
+                    del relay.members[probe_id]
+                    record.relay, record.mailbox.also_wake = None, None
+            if not relay.members:
+                del self._relays[relay_id]
 
     def take(self, relay_id: str) -> dict[str, tuple[Command, ...]]:
         """Every member's waiting commands, by probe id; their mailboxes are empty afterwards."""
