@@ -285,6 +285,8 @@ def main() -> int:
         [64, 512, 1024, 4096] if args.full or os.environ.get("RANKSCOPE_BENCH_FULL") else [64, 512]
     )
 
+    # the hub (created here) asks for node relays past 256 probes, or never with --no-relays
+    os.environ["RANKSCOPE_RELAY_ABOVE"] = "256" if args.relays else "-1"
     import ray
 
     ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
