@@ -49,10 +49,12 @@ def newest_per_group(records: tuple[Any, ...], per_group: int) -> tuple[Any, ...
 @register_handler("collectives")
 def _collectives_command(args: dict[str, Any]) -> RecorderSnapshot:
     snapshot = collective_recorder().snapshot()
-    if args.get("per_group"):
-        records = newest_per_group(snapshot.records, int(args["per_group"]))
-        snapshot = dataclasses.replace(snapshot, records=records)
     flight, flight_groups = read_flight_recorder()
+    if args.get("per_group"):  # torch's flight recorder too: up to 2,000 entries a rank
+        per_group = int(args["per_group"])
+        records = newest_per_group(snapshot.records, per_group)
+        snapshot = dataclasses.replace(snapshot, records=records)
+        flight = newest_per_group(tuple(flight), per_group)
     groups = {name: ranks for name, ranks in snapshot.groups.items() if len(ranks) <= INLINE_RANKS}
     return dataclasses.replace(snapshot, groups=groups, flight=flight, flight_groups=flight_groups)
 
