@@ -205,3 +205,27 @@ def test_a_node_folds_its_files_as_the_cli_folds_their_lines(tmp_path, monkeypat
         expected = fold_lines(merge_lines([lines.lines]))
         assert merge_folds([folded.folds]) == expected and expected
         assert merge_folds([fold_partials(merge_lines([lines.lines]))]) == expected
+
+
+def test_a_folded_read_keeps_the_newest_folds_and_counts_the_lines_left_out(tmp_path, monkeypatch):
+    """Messages that do not template well make a fold each: `read_node(fold=True)` keeps the
+    newest `max_lines` folds, says how many lines it left out, and its folder stays bounded."""
+    import json
+
+    from rankscope.logs.analysis import Folder
+    from rankscope.logs.reader import read_node
+
+    monkeypatch.setenv("RANKSCOPE_LOG_DIR", str(tmp_path))
+    (tmp_path / "job").mkdir()
+    records = [{"time": 100.0 + i * 0.01, "message": f"loss={i}", "rank": 0} for i in range(20)]
+    records += [{"time": 200.0 + i, "message": "x" * (i + 1), "rank": 0} for i in range(40)]
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    (tmp_path / "job" / "7.jsonl").write_text(text)
+    folded = read_node("job", {}, LogFilter(), 10, std_files=False, fold=True)
+    assert [f.first.message for f in folded.folds] == ["x" * n for n in range(31, 41)]
+    assert folded.skipped == 20 + 30  # the loss fold's lines and the 30 older one-line folds
+    folder = Folder(limit=10)
+    for i in range(1000):
+        folder.add(LogLine(float(i), "y" * (i + 1), rank=0))
+        assert len(folder._done) + len(folder._open) <= 20
+    assert sum(f.count for f in folder.partials()) + folder.dropped == 1000

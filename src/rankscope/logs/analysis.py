@@ -26,6 +26,7 @@ __all__ = [
     "fold_result",
     "merge_folds",
     "merge_lines",
+    "newest_folds",
     "parse_duration",
     "spread_text",
     "template_of",
@@ -163,8 +164,13 @@ def fold_partials(lines: Sequence[LogLine], window_s: float = FOLD_WINDOW_S) -> 
 class Folder:
     """Folds lines given in time order (one file's, or a merged stream) into `PartialFold`s."""
 
-    def __init__(self, window_s: float = FOLD_WINDOW_S) -> None:
+    def __init__(self, window_s: float = FOLD_WINDOW_S, limit: int | None = None) -> None:
         self.window_s = window_s
+        self.limit = None if limit is None else max(1, limit)
+        """Keep about the newest `limit` folds (up to twice that between trims): lines that do
+        not template well make one fold each, and a node's whole history must not pile up."""
+        self.dropped = 0
+        """Lines of the older folds let go past `limit`."""
         self._open: dict[tuple[str, str, str], PartialFold] = {}
         self._done: list[PartialFold] = []
 
@@ -196,6 +202,8 @@ class Folder:
             first = line if isinstance(line, LogLine) else line()
             fold = PartialFold(first, template, time, set(), set(), 0, [[] for _ in numbers])
             self._open[key] = fold
+            if self.limit is not None and len(self._done) + len(self._open) > 2 * self.limit:
+                self._trim(self.limit)
         fold.count += 1
         if time > fold.last_time:
             fold.last_time = time
@@ -215,6 +223,13 @@ class Folder:
             elif value > slot[2]:
                 slot[2], slot[3] = value, text
 
+    def _trim(self, limit: int) -> None:
+        kept, dropped = newest_folds(self._done + list(self._open.values()), limit)
+        self.dropped += dropped
+        ids = {id(f) for f in kept}
+        self._done = [f for f in self._done if id(f) in ids]
+        self._open = {k: f for k, f in self._open.items() if id(f) in ids}
+
     def partials(self) -> list[PartialFold]:
         """Every fold so far, in order of their first line."""
         done = self._done + list(self._open.values())
@@ -224,6 +239,16 @@ class Folder:
 
 def _first_order(fold: PartialFold) -> tuple[float, int, int]:
     return (fold.first.time, fold.first.pid, fold.first.seq)
+
+
+def newest_folds(folds: list[PartialFold], keep: int) -> tuple[list[PartialFold], int]:
+    """The newest `keep` folds (by first line) and how many lines the others held, so a
+    folded read stays bounded and still says how much it left out."""
+    if len(folds) <= keep:
+        return folds, 0
+    folds = sorted(folds, key=_first_order)
+    cut = len(folds) - keep
+    return folds[cut:], sum(f.count for f in folds[:cut])
 
 
 def merge_folds(

@@ -14,6 +14,9 @@ from rankscope.runtime.protocol import ProbeStatus
 __all__ = ["JobLogs", "collect_logs", "read_job_logs", "read_new_lines"]
 
 MAX_LINES_PER_NODE = 1_000_000
+MAX_FOLDS_PER_NODE = 100_000
+"""Folded (no --raw): a fold holds a line and its spreads, and a log that does not template
+well makes one a line, so fewer of them."""
 NODE_READ_TIMEOUT_S = 60.0
 
 
@@ -54,8 +57,9 @@ def read_job_logs(
     from rankscope.logs.reader import read_node_remote
 
     targets = _node_targets(probes, ray.nodes())
+    bound = MAX_LINES_PER_NODE if raw else MAX_FOLDS_PER_NODE
     refs = {
-        ip: read_node_remote(node_id, job_id, pids, log_filter, MAX_LINES_PER_NODE, fold=not raw)
+        ip: read_node_remote(node_id, job_id, pids, log_filter, bound, fold=not raw)
         for ip, (node_id, pids) in targets.items()
     }
     results: list[NodeLogs] = []

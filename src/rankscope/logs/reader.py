@@ -2,8 +2,9 @@
 
 `read_node` runs in a Ray task pinned to the node (`read_node_remote`), so it reads the files of
 processes that died as well as live ones. Filters are applied there, and at most `max_lines`
-lines (the newest) come back. Ray's .out/.err lines carry no time: each gets its file's last
-modification time, in file order, and the rank of the pid the file belongs to.
+lines or folds (the newest) come back, with how many lines were left out (`skipped`). Ray's
+.out/.err lines carry no time: each gets its file's last modification time, in file order, and
+the rank of the pid the file belongs to.
 
 `rankscope logs --follow` passes `offsets` (where each file, by device and inode, was read up
 to) and gets them back advanced: each read returns only the complete lines written since, so a
@@ -24,7 +25,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rankscope.logs.analysis import Folder, LogFilter, fold_partials
+from rankscope.logs.analysis import Folder, LogFilter, fold_partials, newest_folds
 from rankscope.logs.files import ROTATE_KEEP, job_log_dir, rotated, worker_std_files
 from rankscope.logs.model import LogLine, NodeLogs, PartialFold
 
@@ -80,10 +81,11 @@ def read_node(
     fold: bool = False,
 ) -> NodeLogs:
     """Every rankscope log file of the job on this node, and Ray's .out/.err of `pids`
-    (pid -> rank); filtered, the newest `max_lines` kept. With `offsets` (file key -> bytes
-    read, from the last call's `NodeLogs.offsets`), only complete lines past them. With
-    `fold`, each file's lines are folded here (`NodeLogs.folds`, no `lines`): the CLI then
-    gets a few folds instead of every line (`rankscope logs` without `--raw`)."""
+    (pid -> rank); filtered, the newest `max_lines` lines (or folds) kept, the lines of the
+    rest counted in `skipped`. With `offsets` (file key -> bytes read, from the last call's
+    `NodeLogs.offsets`), only complete lines past them. With `fold`, each file's lines are
+    folded here (`NodeLogs.folds`, no `lines`): the CLI then gets a few folds instead of every
+    line (`rankscope logs` without `--raw`)."""
     pattern = log_filter.pattern()
     ends: dict[str, int] = {}
     lines: list[LogLine] = []
@@ -94,7 +96,7 @@ def read_node(
     hostname = socket.gethostname()
     directory = job_log_dir(job_id)
     for path in sorted(glob.glob(os.path.join(directory, "*.jsonl"))):
-        folder = Folder() if fold else None  # one per file: its lines are in time order
+        folder = Folder(limit=max_lines) if fold else None  # per file: lines in time order
         for part in [rotated(path, n) for n in range(ROTATE_KEEP, 0, -1)] + [path]:
             if not os.path.exists(part):
                 continue
@@ -121,6 +123,10 @@ def read_node(
                 errors.append(f"{part}: {exc.strerror or exc}")
         if folder is not None:
             folds += folder.partials()
+            skipped += folder.dropped
+            if len(folds) > 2 * max_lines:
+                folds, dropped = newest_folds(folds, max_lines)
+                skipped += dropped
     if std_files:
         for pid, rank in sorted(pids.items()):
             for path, source in worker_std_files(pid):
@@ -134,9 +140,12 @@ def read_node(
                     errors.append(f"{path}: {exc.strerror or exc}")
                     continue
                 if fold:
-                    folds += fold_partials(found)
+                    folds, dropped = newest_folds(folds + fold_partials(found), max_lines)
+                    skipped += dropped
                 else:
                     lines += found
+    folds, dropped = newest_folds(folds, max_lines)
+    skipped += dropped
     if len(lines) > max_lines:
         lines.sort(key=lambda ln: (ln.time, ln.pid, ln.seq))
         skipped = len(lines) - max_lines
