@@ -156,3 +156,39 @@ def test_an_acknowledged_alert_is_not_active_until_raised_again():
     }
     every = [*events, {"kind": "alert_ack", "time": 35.0, "payload": {"rule": "*"}}]
     assert not any(a.active for a in alerts_from_events(every, 40.0, 300.0))
+
+
+def test_without_ranks_the_lowest_probe_id_with_job_rules_judges():
+    """verl actors without RANK: no ranked process has job-scoped rules, so the live one with
+    them and the lowest probe id judges (the others read the hub less often), deterministically;
+    a ranked process with such rules takes the judging back."""
+    from dataclasses import replace
+
+    from rankscope.alerts.judge import _Judge
+
+    alive = ProbeState.ALIVE
+    probes = [
+        _probe(None, alive, None, {"job_rules": {}}),
+        _probe(None, alive, None, {"job_rules": {}}),
+        _probe(None, ProbeState.DEAD, None, {"job_rules": {}}),
+        _probe(None, alive, None),  # no job-scoped rules: never judges
+    ]
+    probes = [
+        replace(p, info=replace(p.info, probe_id=i))
+        for p, i in zip(probes, ("p-b", "p-c", "p-a", "p-0"), strict=True)
+    ]
+    assert [judges_job(None, None, probes, i) for i in ("p-0", "p-a", "p-b", "p-c")] == [
+        False,
+        False,
+        True,
+        False,
+    ]
+    assert not judges_job(None, None, probes)  # no probe id: cannot tell it is the one
+    ranked = [*probes, _probe(2, alive, "g", {"job_rules": {}})]
+    assert not judges_job(None, None, ranked, "p-b") and judges_job(2, "g", ranked)
+    judge = _Judge()
+    assert judge.due(None, NOW) and not judge.due(7, NOW)
+    judge.at = NOW
+    assert not judge.due(None, NOW + 20) and judge.due(0, NOW + 20)
+    judge.judging = True
+    assert judge.due(None, NOW + 20)

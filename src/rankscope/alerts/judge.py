@@ -4,7 +4,10 @@ A rule with `scope="job"` (`alert_on(..., scope="job")`,
 `configure_alerts(error_burst_scope="job")`) is not raised by the rank that sees a match: each
 rank sends its recent match times in its `alerts` heartbeat summary (its last `count` within the
 window: bounded), and one rank adds them up every `JUDGE_EVERY_S` from one hub read: the lowest
-live rank of the job's first group (rank 0 while it lives). The monitor's group judge
+live rank of the job's first group (rank 0 while it lives). When no ranked process has such
+rules (verl actors without RANK), the live process with them and the lowest probe id judges.
+The judge reads each rule's count, window and severity from the summaries, so a rule set on
+any process is judged, whatever rules the judge itself has. The monitor's group judge
 (`monitor.alerting.judge_group`: stragglers, the silent-rank rule) falls back the same way
 (`judges_group`). Pure functions here; `run_job_judge` is the probe thread's hub call.
 """
@@ -37,6 +40,9 @@ FALLBACK_RANKS = 4
 """Ranks 0-3 may judge (the lowest live one does); with all four gone nobody does, so at most
 four ranks of a group read the hub for it."""
 JUDGE_EVERY_S = 10.0
+UNRANKED_EVERY_S = 60.0
+"""How often a process without a rank asks the hub whether it judges, while it does not: only
+one judges, and the others' reads are what a job of unranked actors pays for it."""
 JUDGE_TIMEOUT_S = 2.0
 _NAMED_MAX = 8
 
@@ -59,13 +65,22 @@ def judges_group(rank: int | None, group: str | None, probes: Sequence[ProbeStat
     return rank is not None and rank == judge_rank(probes, group)
 
 
-def judges_job(rank: int | None, group: str | None, probes: Sequence[ProbeStatus]) -> bool:
+def judges_job(
+    rank: int | None,
+    group: str | None,
+    probes: Sequence[ProbeStatus],
+    probe_id: str | None = None,
+) -> bool:
     """Whether `rank` judges the job-scoped rules: the judge of the first group (by name) among
     the live processes that have such rules (their `alerts` summary carries `job_rules`), so a
-    group without them (another library's actors in the same job) never takes the judging."""
+    group without them (another library's actors in the same job) never takes the judging.
+    When none of those has a rank, the one with the lowest probe id (`probe_id`: this one's)."""
     ruled = [p for p in probes if _has_job_rules(p)]
     groups = {p.context.group or "" for p in ruled if p.context.rank is not None}
-    return bool(groups) and (group or "") == min(groups) and judges_group(rank, group, ruled)
+    if groups:
+        return (group or "") == min(groups) and judges_group(rank, group, ruled)
+    lowest = min((p.info.probe_id for p in ruled), default=None)
+    return probe_id is not None and probe_id == lowest
 
 
 def _has_job_rules(p: ProbeStatus) -> bool:
@@ -159,20 +174,36 @@ class Cooldown:
 class _Judge:
     hub: Any = None
     at: float = 0.0
+    judging: bool = False
+    """This process judged at its last read (an unranked one then reads every 10 s)."""
     cooldown: Cooldown = field(default_factory=Cooldown)
+
+    def due(self, rank: int | None, now: float) -> bool:
+        """Ranks 0-3 read the hub every `JUDGE_EVERY_S`; a process without a rank every
+        `UNRANKED_EVERY_S` until it finds it judges; other ranks never."""
+        if rank is not None and rank >= FALLBACK_RANKS:
+            return False
+        every = JUDGE_EVERY_S if rank is not None or self.judging else UNRANKED_EVERY_S
+        return now - self.at >= every
 
 
 _judge = _Judge()
 
 
 def run_job_judge(
-    job_id: str, rank: int | None, group: str | None, cooldown_s: float, now: float | None = None
+    job_id: str,
+    rank: int | None,
+    group: str | None,
+    cooldown_s: float,
+    now: float | None = None,
+    probe_id: str | None = None,
 ) -> list[Alert]:
-    """On the probe thread of ranks 0-3, every `JUDGE_EVERY_S`: one hub read (the `alerts`
-    summaries only), and the job-scoped alerts to raise when this rank is the job's judge.
-    Never raises; a hub that does not answer within `JUDGE_TIMEOUT_S` skips this turn."""
+    """On the probe thread of ranks 0-3 (and of processes without a rank, less often: `due`):
+    one hub read (the `alerts` summaries only), and the job-scoped alerts to raise when this
+    process is the job's judge. Never raises; a hub that does not answer within
+    `JUDGE_TIMEOUT_S` skips this turn."""
     now = time.time() if now is None else now
-    if rank is None or rank >= FALLBACK_RANKS or now - _judge.at < JUDGE_EVERY_S:
+    if not _judge.due(rank, now):
         return []
     _judge.at = now
     try:
@@ -190,7 +221,8 @@ def run_job_judge(
         except Exception:
             _judge.hub = None  # the hub restarted or moved: look it up again next time
             return []
-        if not judges_job(rank, group, probes):
+        _judge.judging = judges_job(rank, group, probes, probe_id)
+        if not _judge.judging:
             return []
         _judge.cooldown.cooldown_s = cooldown_s
         return _judge.cooldown.admit(job_rule_alerts(job_rule_rows(probes), now, job_id), now)

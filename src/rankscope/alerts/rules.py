@@ -95,7 +95,9 @@ def alert_on(
 ) -> RegexRule:
     """Raise an alert when `count` log lines match `pattern` within `window_s` seconds: on one
     rank (`scope="rank"`), or across all ranks together (`scope="job"`, judged by one rank
-    through the hub; the alert names the ranks that contributed).
+    through the hub; the alert names the ranks that contributed). A job-scoped rule counts the
+    lines of the processes that set it: call it on every rank (or actor) whose lines count. The
+    judge is the lowest live rank with job-scoped rules (without ranks: the lowest probe id).
 
     Example: `rankscope.alert_on(r"CUDA out of memory", severity="critical")`.
     Lines of every logger rankscope captures count (`DistributedLogger`, `capture_logging`).
@@ -191,8 +193,10 @@ def _check() -> dict[str, Any] | None:
     job_rules = None
     if _level.RECORDING and rules.has_job_rules:
         job_rules = rules.job_counts(now) or {}  # `{}`: the judge sees this rank has such rules
-        ctx = get_context()
-        _emit(run_job_judge(ctx.job_id or "", ctx.rank, ctx.group, rules.settings.cooldown_s), [])
+        ctx, probe = get_context(), current_probe()
+        probe_id = probe.probe_id if probe is not None else None
+        cooldown_s = rules.settings.cooldown_s
+        _emit(run_job_judge(ctx.job_id or "", ctx.rank, ctx.group, cooldown_s, None, probe_id), [])
     if not _raised and not _webhook.failed and job_rules is None:
         return None
     summary: dict[str, Any] = {
