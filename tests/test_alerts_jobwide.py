@@ -55,11 +55,11 @@ def test_an_error_burst_counted_across_ranks_names_the_ranks_that_contributed():
     assert job_rule_alerts(rows[:2], NOW) == []  # rank 1 alone: 3 < 5
 
 
-def test_a_rank_sends_only_its_recent_times_and_at_most_count_of_them():
+def test_a_rank_sends_only_its_recent_matches_and_at_most_count_of_them():
     rules = _rank_rules(1, 12)  # more than the burst on one rank: it still raises no burst
-    assert rules.job_counts(NOW)["error_burst"]["times"] == [
-        NOW - 5 + i * 0.1 for i in range(7, 12)
-    ]
+    entry = rules.job_counts(NOW)["error_burst"]
+    assert (entry["n"], entry["newest"]) == (5, round(NOW - 5 + 1.1, 3))
+    assert entry["before"] == pytest.approx([0.4, 0.3, 0.2, 0.1, 0.0])
     assert _rank_rules(1, 3, start=NOW - 30).job_counts(NOW) is None  # out of the 10 s window
     stale = _row(2, _rank_rules(2, 3))
     assert job_rule_alerts([stale, _row(1, _rank_rules(1, 3))], NOW + 8) == []  # the window moved
@@ -82,6 +82,30 @@ def test_a_user_regex_rule_with_job_scope_is_counted_across_ranks_only():
         RegexRule("x", "y", scope="group")
     with pytest.raises(UserError, match="scope"):
         AlertSettings(error_burst_scope="cluster")
+
+
+def test_a_summary_stays_small_and_the_judges_sum_stays_exact_for_the_window():
+    """count=1000 on one rank: the heartbeat carries the number of matches, the newest and the
+    32 oldest (not 1,000 times, ~15 KB a rule a heartbeat); a judge reading it 0.1 s later
+    counts exactly the matches still within the window, and the message is the same."""
+    import json
+
+    rules = RankRules(AlertSettings(), "rank 0")
+    rules.set_rules([RegexRule("cuda", "CUDA error", "error", 1000, 10.0, scope="job")])
+    batch = [
+        ("INFO", "CUDA error 7", NOW - 9.995 + i * 0.01, "CUDA error <n>") for i in range(1000)
+    ]
+    rules.records(batch, NOW)
+    summary = rules.job_counts(NOW)
+    assert len(json.dumps(summary)) < 800 and summary["rule:cuda"]["n"] == 1000
+    row = JobRuleRow("rank 0", 0, summary)
+    (alert,) = job_rule_alerts([row], NOW, "j")
+    assert alert.message.startswith("job: 1000 lines matching 'CUDA error' in 10 s from rank 0")
+    other = JobRuleRow("rank 1", 1, summary)  # 10 of each left the window 0.1 s later
+    (alert,) = job_rule_alerts([row, other], NOW + 0.1)
+    assert "job: 1980 lines matching 'CUDA error' in 10 s from ranks 0,1" in alert.message
+    assert "(rank 0: 990, rank 1: 990)" in alert.message
+    assert job_rule_alerts([row], NOW + 10.1) == []  # the newest left the window too
 
 
 def test_malformed_summaries_count_for_nothing():

@@ -35,8 +35,12 @@ starts with `alert`, so the alerts' one event read brings it along)."""
 ACK_ALL = "*"
 _WINDOW_MAX = 10_000
 JOB_TIMES_MAX = 1_000
-"""Times a rank keeps (and sends) per job-scoped rule: its last `count` (at most this) are
-enough to tell whether the job reached `count`, whatever the other ranks sent."""
+"""Times a rank keeps per job-scoped rule: its last `count` (at most this) are enough to tell
+whether the job reached `count`, whatever the other ranks sent."""
+JOB_TIMES_SENT = 32
+"""Of those, the oldest within the window a heartbeat carries (with their number and the
+newest): the ones that leave the window first, so the judge's count stays exact for a
+summary up to that many matches stale, within the 4 KiB heartbeat budget."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +138,9 @@ class RankRules:
         self._job_last[key] = message[:200]
 
     def job_counts(self, now: float) -> dict[str, dict[str, Any]] | None:
-        """The job-scoped rules' recent times on this rank (within each rule's window), for
-        the heartbeat's `alerts` summary; None when there are none."""
+        """The job-scoped rules' matches on this rank within each rule's window, for the
+        heartbeat's `alerts` summary: `n` of them, the `newest` time and the oldest (at most
+        `JOB_TIMES_SENT`, as seconds `before` the newest); None when there are none."""
         s = self.settings
         rules = {"error_burst": (s.error_burst, s.error_window_s, "error", "ERROR records")}
         for r in s.rules:
@@ -150,10 +155,13 @@ class RankRules:
             if key not in rules:
                 continue
             count, window_s, severity, what = rules[key]
-            recent = [round(t, 3) for t in times if t >= now - window_s]
+            recent = sorted(t for t in times if t >= now - window_s)
             if recent:
+                newest = recent[-1]
                 found[key] = {
-                    "times": recent,
+                    "n": len(recent),
+                    "newest": round(newest, 3),
+                    "before": [round(newest - t, 3) for t in recent[:JOB_TIMES_SENT]],
                     "count": count,
                     "window_s": window_s,
                     "severity": severity,

@@ -2,14 +2,15 @@
 
 A rule with `scope="job"` (`alert_on(..., scope="job")`,
 `configure_alerts(error_burst_scope="job")`) is not raised by the rank that sees a match: each
-rank sends its recent match times in its `alerts` heartbeat summary (its last `count` within the
-window: bounded), and one rank adds them up every `JUDGE_EVERY_S` from one hub read: the lowest
-live rank of the job's first group (rank 0 while it lives). When no ranked process has such
-rules (verl actors without RANK), the live process with them and the lowest probe id judges.
-The judge reads each rule's count, window and severity from the summaries, so a rule set on
-any process is judged, whatever rules the judge itself has. The monitor's group judge
-(`monitor.alerting.judge_group`: stragglers, the silent-rank rule) falls back the same way
-(`judges_group`). Pure functions here; `run_job_judge` is the probe thread's hub call.
+rank sends its number of matches within the window in its `alerts` heartbeat summary (with
+the newest time and the oldest few: bounded), and one rank adds them up every `JUDGE_EVERY_S`
+from one hub read: the lowest live rank of the job's first group (rank 0 while it lives).
+When no ranked process has such rules (verl actors without RANK), the live process with them
+and the lowest probe id judges. The judge reads each rule's count, window and severity from
+the summaries, so a rule set on any process is judged, whatever rules the judge itself has.
+The monitor's group judge (`monitor.alerting.judge_group`: stragglers, the silent-rank rule)
+falls back the same way (`judges_group`). Pure functions here; `run_job_judge` is the probe
+thread's hub call.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class JobRuleRow:
     who: str
     rank: int | None
     rules: dict[str, dict[str, Any]]
-    """Rule key (`error_burst`, `rule:NAME`) -> times, count, window_s, severity, what, last."""
+    """Rule key (`error_burst`, `rule:NAME`) -> n, newest, before, count, window_s, severity,
+    what, last (`RankRules.job_counts`)."""
 
 
 def job_rule_rows(probes: Sequence[ProbeStatus]) -> list[JobRuleRow]:
@@ -116,7 +118,7 @@ def job_rule_alerts(rows: Sequence[JobRuleRow], now: float, job_id: str = "") ->
     for row in rows:
         for key, entry in row.rules.items():
             try:
-                n = sum(1 for t in entry["times"] if float(t) >= now - float(entry["window_s"]))
+                n = _within(entry, now)
             except (KeyError, TypeError, ValueError):
                 continue  # a malformed summary counts for nothing
             if n:
@@ -146,6 +148,18 @@ def job_rule_alerts(rows: Sequence[JobRuleRow], now: float, job_id: str = "") ->
             )
         )
     return found
+
+
+def _within(entry: dict[str, Any], now: float) -> int:
+    """A rank's matches still within the window at `now`: its number at its heartbeat less
+    those of its oldest times sent that have left the window since (exact unless more left
+    than it sent; then at most that many too high)."""
+    start = now - float(entry["window_s"])
+    newest = float(entry["newest"])
+    if newest < start:
+        return 0
+    gone = sum(1 for before in entry["before"] if newest - float(before) < start)
+    return max(1, int(entry["n"]) - gone)
 
 
 @dataclass
