@@ -55,3 +55,43 @@ def test_unknown_fault_is_one_clear_line():
     result = run_demo("--fault", "meteor")
     assert result.returncode == 2
     assert result.stderr.strip().startswith("rankscope: error: --fault 'meteor': choose one of")
+
+
+def test_new_faults_run_as_jobs_of_one_cluster_and_the_table_names_the_rank():
+    """Two of the new faults (`rankscope monitor`'s, `rankscope alerts`') through `--fault
+    all`'s code path, one cluster; the others in `demo --fault all` (docs/PERFORMANCE.md)."""
+    result = run_demo("--fault", "nan,error-burst")
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = [line.split("│") for line in result.stdout.splitlines() if line.count("│") >= 5]
+    rows = [(c[1].strip(), c[2].strip()) for c in cells if c[1].strip() not in ("", "fault")]
+    assert rows == [("nan", "yes"), ("error-burst", "yes")]
+    by = {c[1].strip(): c[4].strip() for c in cells if c[1].strip()}
+    assert by["nan"] == "rankscope monitor"
+    assert by["error-burst"] == "rankscope alerts"
+    err = " ".join(result.stderr.split())  # each fault's diagnosis, as its command prints it
+    assert "rank 3 saw the first nan loss at step 6" in err  # loop step 5: the 6th step()
+    assert "rank 3: 12 ERROR" in err  # the alert, in a table cell that wraps
+
+
+def test_a_fault_s_first_step_and_the_steps_it_needs():
+    from rankscope.demo.run import DemoPlan
+    from rankscope.errors import UserError
+
+    assert DemoPlan("nan", 4, 30).fault_step == 5
+    assert DemoPlan("straggler", 4, 4).fault_step == 3
+    assert DemoPlan("loss-spike", 4, 30).fault_step == 12  # after the detector's 10-step window
+    with pytest.raises(UserError, match="loss-spike needs at least 13"):
+        DemoPlan("loss-spike", 4, 12)
+
+
+def test_named_lists_the_ranks_and_steps_of_one_kind_of_finding():
+    from rankscope.demo.monitor_check import named
+    from rankscope.monitor.model import Finding, FindingKind
+
+    findings = [
+        Finding(FindingKind.LOSS_SPIKE, (3,), 12, "", ""),
+        Finding(FindingKind.STRAGGLER, (1,), None, "", ""),
+        Finding(FindingKind.LOSS_SPIKE, (0,), 13, "", ""),
+    ]
+    assert named(findings, FindingKind.LOSS_SPIKE) == [(0, 13), (3, 12)]
+    assert named(findings, FindingKind.NON_FINITE) == []

@@ -18,7 +18,8 @@ def demo(
         str,
         typer.Option(
             "--fault",
-            help="Fault to inject: stall, hang, leak, desync, breakpoint, none; "
+            help="Fault to inject: stall, hang, leak, desync, breakpoint, straggler, nan, "
+            "loss-spike, error-burst, dead-rank, none; "
             "several (hang,leak) or all: each in turn, one job each.",
         ),
     ] = "stall",

@@ -25,6 +25,11 @@ class Fault:
     """Called as inject(worker, step) in the faulty rank; None for faults built into train.py."""
     command: str = ""
     """What finds it, as a user would run it (`rankscope hang`): `--fault all` shows it."""
+    at_step: int = 5
+    """The step the fault starts at (a shorter run: its last step). A loss spike needs 10
+    steps of history before it for the detector's window."""
+    min_steps: int = 3
+    """Fewer steps than this: the run cannot show the fault (`--steps` is refused)."""
 
 
 def _registry() -> dict[str, Fault]:
@@ -40,6 +45,21 @@ def _registry() -> dict[str, Fault]:
     from rankscope.demo import fault_desync
 
     faults.append(fault_desync.FAULT)
+    from rankscope.demo import fault_straggler
+
+    faults.append(fault_straggler.FAULT)
+    from rankscope.demo import fault_nan
+
+    faults.append(fault_nan.FAULT)
+    from rankscope.demo import fault_loss_spike
+
+    faults.append(fault_loss_spike.FAULT)
+    from rankscope.demo import fault_error_burst
+
+    faults.append(fault_error_burst.FAULT)
+    from rankscope.demo import fault_dead_rank
+
+    faults.append(fault_dead_rank.FAULT)
     return {f.name: f for f in faults}
 
 

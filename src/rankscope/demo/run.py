@@ -32,8 +32,9 @@ class DemoPlan:
         if self.fault not in fault_names():
             names = ", ".join(fault_names())
             raise UserError(f"--fault {self.fault!r}: choose one of {names}, or all")
-        if self.fault != "none" and self.steps < 3:
-            raise UserError(f"--steps {self.steps}: a fault needs at least 3 steps")
+        needed = get_fault(self.fault).min_steps
+        if self.fault != "none" and self.steps < needed:
+            raise UserError(f"--steps {self.steps}: fault {self.fault} needs at least {needed}")
 
     @property
     def fault_rank(self) -> int:
@@ -41,7 +42,7 @@ class DemoPlan:
 
     @property
     def fault_step(self) -> int:
-        return min(5, self.steps - 1)
+        return min(get_fault(self.fault).at_step, self.steps - 1)
 
 
 def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:

@@ -1,7 +1,8 @@
 """The demo's training code: what a user's data-parallel worker looks like.
 
 It never imports rankscope's runtime: the probe arrives through Ray's
-`worker_process_setup_hook`; the only instrumentation is `rankscope.step()` once per step.
+`worker_process_setup_hook`; the only instrumentation is `rankscope.step(loss=..., tokens=...)`
+once per step (the monitor's series: `rankscope top`, `monitor`, the report's loss chart).
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ class DemoWorker(GlooMember):
             if inject is not None and step >= self.fault_step:
                 inject(self, step)
             inputs, targets = load_batch(self, step)
-            losses.append(train_step(self.model, self.optimizer, inputs, targets))
-            rankscope.step()
+            loss = train_step(self.model, self.optimizer, inputs, targets)
+            losses.append(loss)
+            rankscope.step(loss=loss, tokens=len(inputs))
         return losses
 
     def _fault_hook(self) -> Callable[[DemoWorker, int], None] | None:
@@ -76,4 +78,4 @@ def train_step(
         dist.all_reduce(param.grad)
         param.grad /= world
     optimizer.step()
-    return float(loss)
+    return loss.item()
