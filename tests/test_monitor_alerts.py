@@ -300,6 +300,33 @@ def test_span_tap_keeps_the_training_threads_phases_across_drains() -> None:
     assert phases["forward"] == pytest.approx(0.005, rel=0.6), phases
 
 
+def test_span_tap_samples_the_phases_without_a_trace_window() -> None:
+    from rankscope.trace import spans
+
+    tap = SpanTap(sample_every_s=0.001, sample_steps=3)
+    assert spans.recording() is None
+    tap.poll()  # a rank that marks no steps is never sampled
+    assert spans.recording() is None
+    samples = [StepSample(0, time.time())]
+    try:
+        tap.poll(stepping=True)  # no window records: a sample starts
+        assert spans.recording() is not None
+        for _ in range(4):
+            with rankscope.span("load_batch"):
+                time.sleep(0.01)
+            with rankscope.span("forward"):
+                time.sleep(0.001)
+            rankscope.step()
+            samples.append(StepSample(len(samples), time.time()))
+        assert spans.recording() is None  # it stopped itself after its 3 steps
+        tap.poll(stepping=True)  # reads what the ended sample holds
+        assert len(tap.windows) == 1
+        phases = {p.phase: p.seconds for p in tap.phases(samples)}
+        assert phases["data loading"] > 2 * phases["forward"] > 0, phases
+    finally:
+        spans.stop_recording()
+
+
 # --------------------------------------------------------------------- level off
 
 

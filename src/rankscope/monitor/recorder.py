@@ -208,7 +208,7 @@ def summary() -> MonitorSummary | None:
 
     if not _level.RECORDING:
         return None
-    _tap.poll()
+    _tap.poll(stepping=_recorder.total > 0)
     history_writer().on_heartbeat(list(_recorder.rows), _recorder.first_nonfinite)
     samples = _recorder.samples(last=SUMMARY_STEPS + 1)
     if not samples:

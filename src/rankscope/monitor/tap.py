@@ -7,8 +7,14 @@ ring's first one is there, so that stretch of time (or, with no drain since the 
 everything since then) is a window whose phases are complete; it keeps each window's seconds
 per phase (a few numbers), never the spans. The `monitor` command turns the windows into seconds
 per step (`phases.per_step`: each phase's share of the covered time times the step time), so
-the time lost to drains between looks biases nothing. Tracing off: one dictionary lookup. The
-trace package is never imported here (it imports the monitor).
+the time lost to drains between looks biases nothing. The trace package is never imported here
+(it imports the monitor).
+
+With no trace window, the tap samples: at most once a minute, while the rank steps, it records
+spans itself for `sample_steps` steps (the trace feature's own ring, which stops by itself after
+those steps; at most `SAMPLE_MAX_S`), so a straggler's phase is known without anyone tracing.
+Spans cost ~1 us while recorded, so a sample costs a few microseconds a step for 20 steps a
+minute. A window started meanwhile (`rankscope trace`) simply replaces the sample's ring.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import itertools
 import statistics
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from typing import Any
 
 from rankscope.monitor.model import StepSample
 from rankscope.monitor.phases import PhaseTime, PhaseWindow, per_step, phase_window
@@ -27,19 +35,54 @@ __all__ = ["SpanTap"]
 
 WINDOWS = 600
 """Windows kept (one per heartbeat: 10 minutes at 1 s); the oldest go first."""
+SAMPLE_EVERY_S = 60.0
+SAMPLE_STEPS = 20
+SAMPLE_MAX_S = 30.0
+"""A sample that outlives this (the rank stopped stepping) is stopped by the tap."""
+SAMPLE_CAPACITY = 4096
 
 
 class SpanTap:
-    def __init__(self, capacity: int = WINDOWS) -> None:
+    def __init__(
+        self,
+        capacity: int = WINDOWS,
+        sample_every_s: float = SAMPLE_EVERY_S,
+        sample_steps: int = SAMPLE_STEPS,
+    ) -> None:
         self.windows: collections.deque[PhaseWindow] = collections.deque(maxlen=capacity)
         self._seen_ns = 0
+        self.sample_every_s, self.sample_steps = sample_every_s, sample_steps
+        self._sample: Any = None
+        """The ring of the sample this tap started, while it may still hold unread spans."""
+        self._sample_at = -float("inf")
 
-    def poll(self) -> None:
-        """Add the window since the last poll (probe thread; never raises)."""
+    def poll(self, stepping: bool = False) -> None:
+        """Add the window since the last poll; with no window recording and `stepping` (the rank
+        marks steps), start a sample now and then (probe thread; never raises)."""
         module = sys.modules.get("rankscope.trace.spans")
-        ring = module.recording() if module is not None else None
-        if ring is None:
+        if module is None:
             return
+        try:
+            ring = module.recording()
+            now = time.monotonic()
+            if ring is None:
+                ended, self._sample = self._sample, None
+                if ended is not None:  # the sample stopped itself: its steps were done
+                    self._read(ended)
+                elif stepping and 0 < self.sample_every_s <= now - self._sample_at:
+                    self._sample_at = now
+                    self._sample = module.start_recording(SAMPLE_CAPACITY, self.sample_steps)
+                return
+            if ring is not self._sample:
+                self._sample = None  # a trace window replaced the sample (or there was none)
+            elif now - self._sample_at > SAMPLE_MAX_S:
+                module.stop_recording()  # as the trace handler stops its own ring
+                self._sample = None
+        except Exception:
+            return
+        self._read(ring)
+
+    def _read(self, ring: Any) -> None:
         try:
             items = list(ring.spans)  # one C-level copy: the training thread keeps appending
             steps = list(ring.steps)[-1:]
