@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rankscope.alerts.model import Alert
 from rankscope.monitor.analysis import loss_levels_disagree
-from rankscope.monitor.collectives import align, latency_findings, window_as_one_step
+from rankscope.monitor.collectives import align, latency_findings, window_scores
 from rankscope.monitor.model import Finding, FindingKind, Thresholds
 from rankscope.monitor.straggler import StragglerScore, straggler_scores
 from rankscope.monitor.view import RankInput, arrivals
@@ -89,7 +89,8 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
     found: list[Finding] = []
     for group, members in sorted(unstepped.items()):
         if group not in groups:  # nobody marks steps (a client left unchanged): the collectives
-            found += _stragglers(group, window_scores(members, thresholds))
+            records = {m.rank: m.collectives for m in members}
+            found += _stragglers(group, window_scores(records, thresholds.straggler))
     for group, members in sorted(groups.items()):
         scores = straggler_scores(
             {m.rank: [m.summary.step_s] for m in members if m.summary},
@@ -112,21 +113,6 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
         named = {f.ranks for f in slow}  # a straggler's late arrivals: its alert says it already
         found += [f for f in late if f.ranks not in named]
     return found
-
-
-def window_scores(members: Sequence[RankInput], thresholds: Thresholds) -> list[StragglerScore]:
-    """Scores from the last collectives each heartbeat carries, over the calls every rank's
-    summary still holds, for ranks that never call `rankscope.step()`."""
-    alignment = align({m.rank: m.collectives for m in members})
-    step_s, wait_s = window_as_one_step(alignment)
-    return straggler_scores(
-        step_s,
-        wait_s,
-        alignment.last_arrivals,
-        alignment.count,
-        threshold=thresholds.straggler,
-        unit="over the window",
-    )
 
 
 def _stragglers(group: str, scores: Iterable[StragglerScore]) -> list[Finding]:

@@ -10,7 +10,7 @@ import itertools
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
-from rankscope.monitor.collectives import align, latency_findings, step_waits, window_as_one_step
+from rankscope.monitor.collectives import align, latency_findings, step_waits, window_scores
 from rankscope.monitor.model import (
     Finding,
     FindingKind,
@@ -379,16 +379,7 @@ def stragglers(series: Sequence[RankSeries], threshold: float = 1.2) -> list[Str
             wait_s[s.rank] = step_waits(times, s.collectives)
             records[s.rank] = s.collectives
     if not step_s:  # nobody marks steps (a client left unchanged): score the whole window
-        alignment = align({s.rank: s.collectives for s in series if s.collectives})
-        window_s, waited_s = window_as_one_step(alignment)
-        return straggler_scores(
-            window_s,
-            waited_s,
-            alignment.last_arrivals,
-            alignment.count,
-            threshold=threshold,
-            unit="over the window",
-        )
+        return window_scores({s.rank: s.collectives for s in series if s.collectives}, threshold)
     alignment = align(records)
     return straggler_scores(
         step_s, wait_s or None, alignment.last_arrivals, alignment.count, threshold=threshold

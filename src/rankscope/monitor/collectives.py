@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from rankscope.hang.model import CallState, CollectiveRecord
 from rankscope.monitor.model import Finding, FindingKind
+from rankscope.monitor.straggler import StragglerScore, straggler_scores, window_as_one_step
 
-__all__ = ["Alignment", "align", "latency_findings", "step_waits", "window_as_one_step"]
+__all__ = ["Alignment", "align", "latency_findings", "step_waits", "window_scores"]
 
 
 def step_waits(times: Sequence[float], records: Sequence[CollectiveRecord]) -> list[float]:
@@ -66,29 +67,27 @@ class Aligned:
         return max(0.0, max(self.ends.values()) - max(self.starts.values()))
 
 
-def window_as_one_step(
-    alignment: Alignment, min_calls: int = 3
-) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
-    """Step and wait seconds for ranks that never call `rankscope.step()` (verl's workers, a Ray
-    Train loop left unchanged): each rank's time from its first to its last entry into the
-    collectives every rank completed, and its wait in them for the last arrival, as one step.
-
-    Empty with fewer than `min_calls` such collectives.
-    """
+def window_scores(
+    records: Mapping[int, Sequence[CollectiveRecord]], threshold: float
+) -> list[StragglerScore]:
+    """Straggler scores of ranks that never mark steps, from their collectives: over the
+    calls every rank completed (`straggler.window_as_one_step`) and who arrived last."""
+    alignment = align(records)
     ranks = {r for a in alignment.collectives for r in a.starts}
     common = [a for a in alignment.collectives if len(a.starts) == len(ranks)]
-    if len(ranks) < 2 or len(common) < min_calls:
-        return {}, {}
-    step_s: dict[int, list[float]] = {}
-    wait_s: dict[int, list[float]] = {}
-    for r in sorted(ranks):
-        waited = sum(
-            min(max(a.starts.values()), a.ends.get(r, a.starts[r])) - a.starts[r]
-            for a in common[:-1]
-        )
-        step_s[r] = [common[-1].starts[r] - common[0].starts[r]]
-        wait_s[r] = [max(0.0, waited)]
-    return step_s, wait_s
+    calls = {
+        r: [(a.starts[r], max(a.starts.values()), a.ends.get(r, a.starts[r])) for a in common]
+        for r in ranks
+    }
+    step_s, wait_s = window_as_one_step(calls)
+    return straggler_scores(
+        step_s,
+        wait_s,
+        alignment.last_arrivals,
+        alignment.count,
+        threshold=threshold,
+        unit="over the window",
+    )
 
 
 MIN_SKEW_S = 0.005

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["StragglerScore", "straggler_scores"]
+__all__ = ["StragglerScore", "straggler_scores", "window_as_one_step"]
 
 DEFAULT_THRESHOLD = 1.2
 """A rank whose compute is 20% over the group median (or over its own best) is a straggler."""
@@ -170,3 +170,29 @@ def straggler_scores(
         reverse=True,
     )
     return scores
+
+
+Call = tuple[float, float, float]
+"""One collective as one rank saw it: (its entry, the last rank's entry, its exit), seconds."""
+
+
+def window_as_one_step(
+    calls: Mapping[int, Sequence[Call]], min_calls: int = 3
+) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    """Step and wait seconds, one of each per rank, for ranks that never call
+    `rankscope.step()` (verl's workers, a Ray Train loop left unchanged): the rank's time from
+    its first to its last entry into a collective, and its waits for the last arrival in
+    between, as one step. `monitor`, its live judge, `trace` and the report all score so.
+
+    Ranks with fewer than `min_calls` calls are left out.
+    """
+    step_s: dict[int, list[float]] = {}
+    wait_s: dict[int, list[float]] = {}
+    for rank, own in calls.items():
+        if len(own) < min_calls:
+            continue
+        ordered = sorted(own)
+        first, last = ordered[0][0], ordered[-1][0]
+        waited = sum(max(0.0, min(arrival, end, last) - start) for start, arrival, end in ordered)
+        step_s[rank], wait_s[rank] = [last - first], [waited]
+    return step_s, wait_s

@@ -187,9 +187,9 @@ def _stragglers(ranks: Mapping[str, Mapping[str, list[Any]]]) -> list[dict[str, 
     """`monitor.straggler`'s verdicts over the traced ranks (one group: the file has no group).
 
     Ranks that never mark steps (verl's workers, a Ray Train loop left unchanged) are scored
-    over their window instead: first to last collective, less their waits in them.
+    over their window instead (`monitor.straggler.window_as_one_step`).
     """
-    from rankscope.monitor.straggler import straggler_scores
+    from rankscope.monitor.straggler import straggler_scores, window_as_one_step
 
     step_s: dict[int, list[float]] = {}
     wait_s: dict[int, list[float]] = {}
@@ -205,10 +205,12 @@ def _stragglers(ranks: Mapping[str, Mapping[str, list[Any]]]) -> list[dict[str, 
             steps = sorted(t for t, _ in parts["steps"])
             step_s[rank] = [b - a for a, b in itertools.pairwise(steps)]
             wait_s[rank] = _step_waits(steps, parts["calls"])
-        elif not stepped and len(parts["calls"]) >= 2:
-            starts = sorted(s for s, _, _ in parts["calls"])
-            step_s[rank] = [starts[-1] - starts[0]]
-            wait_s[rank] = _step_waits([starts[0], starts[-1]], parts["calls"])
+        elif not stepped:
+            own = [(s, s + float(a.get("wait_ms", 0.0)) / 1e3, s + d) for s, d, a in parts["calls"]]
+            one_step, one_wait = window_as_one_step({rank: own})
+            if rank not in one_step:
+                continue
+            step_s[rank], wait_s[rank] = one_step[rank], one_wait[rank]
         else:
             continue
         last[rank] = sum(1 for _, _, a in parts["calls"] if a.get("last_to_arrive"))

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rankscope.hang.model import CallState, CollectiveRecord
-from rankscope.monitor.straggler import StragglerScore, straggler_scores
+from rankscope.monitor.straggler import StragglerScore, straggler_scores, window_as_one_step
 from rankscope.runtime.protocol import ProbeStatus
 from rankscope.trace.model import (
     RankSummary,
@@ -208,14 +208,13 @@ def per_step_waits(trace: RankTrace, slices: list[CollectiveSlice]) -> list[floa
 
 
 def stragglers(
-    traces: list[RankTrace], slices: list[list[CollectiveSlice]], end_ns: int | None = None
+    traces: list[RankTrace], slices: list[list[CollectiveSlice]]
 ) -> list[StragglerScore]:
     """Straggler scores (`monitor.straggler`) of each group of ranks, from step times, the waits
     within each step, and who arrived last at collectives; worst first.
 
     A group whose ranks never call `rankscope.step()` (verl's workers or a Ray Train loop left
-    unchanged) is scored over the whole window instead, given `end_ns`: each rank's window less
-    its collective waits is its compute, one "step" long.
+    unchanged) is scored over its window instead (`monitor.straggler.window_as_one_step`).
     """
     groups: dict[str | None, list[tuple[int, RankTrace, list[CollectiveSlice]]]] = {}
     for trace, per in zip(traces, slices, strict=True):
@@ -227,8 +226,8 @@ def stragglers(
         if len(members) < 2:
             continue
         unit = "a step"
-        if end_ns is not None and not any(len(t.steps) >= 2 for _, t, _ in members):
-            step_s, wait_s = _window_as_one_step(members, end_ns)
+        if not any(len(t.steps) >= 2 for _, t, _ in members):
+            step_s, wait_s = _window_as_one_step(members)
             unit = "over the window"
         else:
             step_s = {rank: step_durations(t) for rank, t, _ in members}
@@ -243,20 +242,13 @@ def stragglers(
 
 
 def _window_as_one_step(
-    members: list[tuple[int, RankTrace, list[CollectiveSlice]]], end_ns: int
+    members: list[tuple[int, RankTrace, list[CollectiveSlice]]],
 ) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
-    """Per rank its window from its first collective (seconds) and the collective wait in it."""
-    step_s: dict[int, list[float]] = {}
-    wait_s: dict[int, list[float]] = {}
-    for rank, trace, per in members:
-        if not per:
-            continue
-        start, stop = min(s.start_ns for s in per), window_ns(trace, end_ns)[1]
-        waited = sum(
-            _clipped(s.start_ns, min(s.last_arrival_ns, s.end_ns), (start, stop)) for s in per
-        )
-        step_s[rank], wait_s[rank] = [(stop - start) / 1e9], [waited / 1e9]
-    return step_s, wait_s
+    calls = {
+        rank: [(s.start_ns / 1e9, s.last_arrival_ns / 1e9, s.end_ns / 1e9) for s in per]
+        for rank, _, per in members
+    }
+    return window_as_one_step(calls)
 
 
 def node_imbalance(rows: list[StragglerScore], nodes: dict[int, str]) -> float | None:
@@ -294,7 +286,7 @@ def summarize(
         rank_summary(t, s, end_ns, task_events=events_on)
         for t, s in zip(traces, slices, strict=True)
     ]
-    scores = stragglers(traces, slices, end_ns)
+    scores = stragglers(traces, slices)
     nodes = {
         ctx.rank: ctx.node_ip for ctx in (t.status.context for t in traces) if ctx.rank is not None
     }
