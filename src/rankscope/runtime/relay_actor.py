@@ -27,6 +27,8 @@ log = logging.getLogger("rankscope")
 
 RELAY_RETRY_S = 30.0
 """After its relay failed (could not start, died), a probe polls the hub directly this long."""
+RELAY_START_S = 60.0
+"""A relay not up after this long (a new worker process on a busy node) counts as failed."""
 
 
 def relay_name(node_id: str) -> str:
@@ -113,6 +115,10 @@ class RelayLink:
         self._config = config
         self._wanted = config.relay_above == 0
         self._relay: Any = None
+        self._starting: Any = None
+        """The relay's first `ping`, while it starts: the hub is polled directly meanwhile, so
+        a relay's start (seconds for a new worker process) never holds a heartbeat back."""
+        self._started_at = 0.0
         self._failed_at = float("-inf")
         self.via_relay = False
         """Whether the last poll went through the relay (its commands' replies go back so)."""
@@ -127,8 +133,7 @@ class RelayLink:
                 self.via_relay = True
                 return reply
             except Exception as exc:
-                log.debug("rankscope probe: relay failed (%s); polling the hub directly", exc)
-                self._relay, self._failed_at = None, time.monotonic()
+                self._fail(exc)
         self.via_relay = False
         direct: PollReply = ray.get(hub.poll.remote(request, wait_s), timeout=timeout)
         return direct
@@ -155,7 +160,21 @@ class RelayLink:
         if self._relay is None:
             try:
                 self._relay = get_or_create_relay(node_id)
+                self._starting, self._started_at = self._relay.ping.remote(), time.monotonic()
             except Exception as exc:
-                log.debug("rankscope probe: cannot start the node's relay (%s)", exc)
-                self._failed_at = time.monotonic()
+                return self._fail(exc)
+        if self._starting is not None:
+            ready, _ = ray.wait([self._starting], timeout=0)
+            if not ready:
+                late = time.monotonic() - self._started_at > RELAY_START_S
+                return self._fail(TimeoutError("the relay did not start")) if late else None
+            try:
+                ray.get(self._starting)
+            except Exception as exc:
+                return self._fail(exc)
+            self._starting = None
         return self._relay
+
+    def _fail(self, exc: Exception) -> None:
+        log.debug("rankscope probe: the node's relay is not usable (%s)", exc)
+        self._relay, self._starting, self._failed_at = None, None, time.monotonic()
