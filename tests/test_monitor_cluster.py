@@ -51,7 +51,7 @@ def monitored(cluster, hook):
 
 
 def test_monitor_names_every_fault(monitored):
-    result = run_cli("monitor", "--address", cluster_address(), "--json")
+    result = run_cli("monitor", "--address", cluster_address(), "--group", "monitored", "--json")
     assert result.returncode == 1, result.stderr
     (job,) = [j for j in json.loads(result.stdout)["data"] if j["ranks"] == 3]
     found = {(f["kind"], tuple(f["ranks"])): f for f in job["findings"]}

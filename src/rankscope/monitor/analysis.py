@@ -367,6 +367,17 @@ def _durations(samples: Sequence[StepSample]) -> tuple[list[float], list[float]]
     return times, [b - a for a, b in itertools.pairwise(times)]
 
 
+def analysable(series: Sequence[RankSeries]) -> list[RankSeries]:
+    """The series with something to judge: steps or a non-finite, and, in a group where no
+    rank marks steps (a client left unchanged), the collectives."""
+    stepped = {s.group for s in series if s.samples}
+    return [
+        s
+        for s in series
+        if s.samples or s.first_nonfinite or (s.collectives and s.group not in stepped)
+    ]
+
+
 def stragglers(series: Sequence[RankSeries], threshold: float = 1.2) -> list[StragglerScore]:
     """Straggler scores of one group's ranks, from their steps and recorded collectives."""
     step_s, wait_s, records = {}, {}, {}

@@ -114,7 +114,7 @@ def job_health(
                 f"{p.context.label} (pid {p.context.pid}): no answer within {deadline_s:g}s"
                 for p in result.missing
             ]
-        series = [s for s in series if s.samples or s.first_nonfinite or s.collectives]
+        series = analysis.analysable(series)
         findings = analysis.analyze(series, thresholds)
         groups: dict[str, list[RankSeries]] = {}
         for s in series:
