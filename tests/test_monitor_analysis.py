@@ -215,6 +215,21 @@ def test_ranks_that_never_mark_steps_are_scored_from_their_collectives() -> None
     assert [f.ranks for f in found] == [(2,)]
 
 
+def test_step_histories_with_different_strides_compare_per_step() -> None:
+    # a run directory's step files keep one point per stride steps; a rank that died early has
+    # a finer stride than those that ran on, at the same speed (0.1 s a step)
+    def history(stride: int, last: int) -> list[StepSample]:
+        return [
+            StepSample(k, 1000.0 + 0.1 * k, 1.0, 512.0 * stride) for k in range(0, last, stride)
+        ]
+
+    series = [_series(0, history(2, 200)), _series(1, history(2, 200)), _series(2, history(8, 600))]
+    assert not any(s.is_straggler for s in analysis.stragglers(series))
+    _, rates, unit, tokens, seconds = analysis._rate_parts(history(8, 600))
+    assert abs(rates[0] - 5120.0) < 1e-6  # 512 tokens a step, 10 steps a second
+    assert unit == "tokens/s" and tokens[0] == 512.0 and abs(seconds[0] - 0.1) < 1e-9
+
+
 def test_the_live_judge_scores_unstepped_ranks_from_the_collectives_heartbeats_carry() -> None:
     from rankscope.monitor.alert_rules import group_findings
     from rankscope.monitor.view import RankInput

@@ -44,6 +44,7 @@ def test_the_files_make_the_reports_series_and_the_monitors_findings():
     assert ("loss_divergence", (1,)) in kinds
     assert file_name(3, "10.0.0.1:29500", 77) == "steps-rank3-10.0.0.1_29500.json"
     assert file_name(None, "", 77) == "steps-pid77.json"
+    assert file_name(None, "", 77, "10.0.0.2") == "steps-10.0.0.2-pid77.json"  # pids repeat
 
 
 def test_after_the_job_ended_the_report_charts_each_ranks_loss(cluster, tmp_path):

@@ -1,8 +1,6 @@
-"""Health findings from the ranks' step series: pure, no Ray, no I/O.
-
-Each detector takes one rank's samples (or one group's series) and returns findings that name
-the ranks, the step, the evidence and what to do. `analyze` runs them all over a job.
-"""
+"""Health findings from the ranks' step series: pure, no Ray, no I/O. Each detector takes one
+rank's samples (or one group's series) and returns findings that name the ranks, the step, the
+evidence and what to do. `analyze` runs them all over a job."""
 
 from __future__ import annotations
 
@@ -65,11 +63,12 @@ def _rate_parts(
         dt = b.t - a.t
         if dt <= 0 or (unit == "tokens/s" and b.tokens is None):
             continue
-        n = float(b.tokens) if unit == "tokens/s" and b.tokens is not None else 1.0
+        gap = float(max(1, b.step - a.step))  # a step history's stride
+        n = float(b.tokens) if unit == "tokens/s" and b.tokens is not None else gap
         steps.append(b.step)
         rates.append(n / dt)
-        tokens.append(n)
-        seconds.append(dt)
+        tokens.append(n / gap)
+        seconds.append(dt / gap)
     return steps, rates, unit, tokens, seconds
 
 
@@ -363,8 +362,9 @@ def loss_levels_disagree(
 
 
 def _durations(samples: Sequence[StepSample]) -> tuple[list[float], list[float]]:
+    """Step times, and seconds per step between samples (a step history keeps one per stride)."""
     times = [s.t for s in samples]
-    return times, [b - a for a, b in itertools.pairwise(times)]
+    return times, [(b.t - a.t) / max(1, b.step - a.step) for a, b in itertools.pairwise(samples)]
 
 
 def analysable(series: Sequence[RankSeries]) -> list[RankSeries]:
@@ -387,7 +387,9 @@ def stragglers(series: Sequence[RankSeries], threshold: float = 1.2) -> list[Str
             continue
         step_s[s.rank] = durations
         if s.collectives:
-            wait_s[s.rank] = step_waits(times, s.collectives)
+            gaps = [max(1, b.step - a.step) for a, b in itertools.pairwise(s.samples)]
+            waits = step_waits(times, s.collectives)
+            wait_s[s.rank] = [w / g for w, g in zip(waits, gaps, strict=True)]
             records[s.rank] = s.collectives
     if not step_s:  # nobody marks steps (a client left unchanged): score the whole window
         return window_scores({s.rank: s.collectives for s in series if s.collectives}, threshold)

@@ -115,10 +115,12 @@ class StepHistory:
         ]
 
 
-def file_name(rank: int | None, group: str, pid: int) -> str:
-    """`steps-rank3-<group>.json`, or `steps-pid123.json` for a process without a rank."""
+def file_name(rank: int | None, group: str, pid: int, node: str = "") -> str:
+    """`steps-rank3-<group>.json`, or `steps-<node>-pid123.json` for a process without a rank
+    (pids repeat across nodes)."""
     if rank is None:
-        return f"{STEPS_PREFIX}pid{pid}.json"
+        where = re.sub(r"[^A-Za-z0-9_.-]+", "_", node)[:60].strip("._") if node else ""
+        return f"{STEPS_PREFIX}{where + '-' if where else ''}pid{pid}.json"
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", group)[:60].strip("._") if group else ""
     return f"{STEPS_PREFIX}rank{rank}{'-' + slug if slug else ''}.json"
 
@@ -196,7 +198,7 @@ class HistoryWriter:
                     return False
             doc = self.document(first_nonfinite)
             ctx = get_context()
-            name = file_name(ctx.rank, ctx.group or "", ctx.pid)
+            name = file_name(ctx.rank, ctx.group or "", ctx.pid, ctx.node_ip or ctx.hostname)
             text = json.dumps(doc, separators=(",", ":"))
             ref = self._hub.write_artifact.remote(ctx.job_id, name, text)
             self.unwritten, self.last_write = False, time.monotonic()
