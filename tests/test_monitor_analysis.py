@@ -354,6 +354,19 @@ def test_watch_nan_names_a_gradient_and_leaves_the_model_as_it_was() -> None:
     finally:
         watch.remove()
     assert all("forward" not in m.__dict__ for m in model)
+    from rankscope.monitor.nan import _check_at_step
+
+    model = nn.Sequential(nn.Linear(4, 4), Layer(), nn.Linear(4, 1))  # weights still finite
+    model[1].on = True
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    watch = watch_nan(model, opt)
+    try:  # AMP's scaler skips the optimizer's step on inf gradients: that is not a fault
+        opt.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        _check_at_step()  # rankscope.step() with no optimizer step since the forward
+        assert watch.found == ""
+    finally:
+        watch.remove()
 
 
 def test_comm_bench_numbers_follow_nccl_tests() -> None:

@@ -12,6 +12,7 @@ when it is not finite are they looked at one by one, to name the first.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import weakref
@@ -94,8 +95,10 @@ class NanWatch:
             if self in _watches:
                 _watches.remove(self)
 
-    def check(self, step: int | None = None) -> str:
-        """Check the outputs and gradients since the last check (one device read); clears."""
+    def check(self, step: int | None = None, *, with_grads: bool = True) -> str:
+        """Check the outputs and gradients since the last check (one device read); clears.
+        `with_grads=False`: the outputs only (the optimizer skipped its step: AMP's scaler found
+        inf gradients at its scale, which it handles, not a fault)."""
         import torch
 
         sums, self.sums = self.sums, []
@@ -103,7 +106,8 @@ class NanWatch:
             return self.found
         if not self._params:
             self._params = list(self.model.named_parameters())
-        grads = [(n, p.grad) for n, p in self._params if p.grad is not None]
+        params = self._params if with_grads else []
+        grads = [(n, p.grad) for n, p in params if p.grad is not None]
         values = [s for _, s in sums] + [g for _, g in grads]
         if not values or not _any_nonfinite(values):  # a healthy step: one fused op, one read
             return ""
@@ -224,5 +228,7 @@ def _check_at_step() -> None:
     if not _watches:
         return
     for w in list(_watches):
-        if w.optimizer is None or w.sums:  # with an optimizer: it skipped its step (AMP does)
+        if w.optimizer is None:
             _safe(w.check)
+        elif w.sums:  # it skipped its step (AMP's scaler, inf gradients): the outputs only
+            _safe(functools.partial(w.check, with_grads=False))
