@@ -18,6 +18,9 @@ import rankscope
 from rankscope.demo.gloo import GlooMember
 
 STALL_SECONDS = 3600.0
+BATCH = 64
+"""Samples per step: with 16, a healthy rank's loss swung enough for the monitor's oscillation
+detector (the loss it is given is the batch's, noise included)."""
 
 
 class DemoWorker(GlooMember):
@@ -62,7 +65,7 @@ def load_batch(worker: DemoWorker, step: int) -> tuple[torch.Tensor, torch.Tenso
     if worker.fault == "stall" and worker.rank == worker.fault_rank and step == worker.fault_step:
         time.sleep(STALL_SECONDS)  # a stuck data loader: the other ranks wait in all_reduce
     generator = torch.Generator().manual_seed(step * 1000 + worker.rank)
-    inputs = torch.randn(16, 32, generator=generator)
+    inputs = torch.randn(BATCH, 32, generator=generator)
     return inputs, inputs.sum(dim=1, keepdim=True) * 0.1
 
 
