@@ -304,6 +304,7 @@ def test_span_tap_samples_the_phases_without_a_trace_window() -> None:
     from rankscope.trace import spans
 
     tap = SpanTap(sample_every_s=0.001, sample_steps=3)
+    spans.stop_recording()  # a sample the probe's own tap may have left running in this process
     assert spans.recording() is None
     tap.poll()  # a rank that marks no steps is never sampled
     assert spans.recording() is None
