@@ -83,6 +83,24 @@ def test_consistency_and_memory_verdicts_come_from_their_events():
     assert memory.findings == ("rank 1: CUDA OOM: fragmentation",)
 
 
+def test_a_leak_is_the_verdict_over_a_monitors_straggler():
+    """The leak job of `make demo`: a mild straggler the monitor saw must not hide the leak."""
+    leak = {"metric": "rss", "leak": True, "reason": "troughs climb 8 MiB/step"}
+    reply = {"snapshot": {"pid": 3, "rss": 2**30}, "leaks": [leak]}
+    profile = {"data": {"memory": {"ranks": [{"pid": 3, "label": "rank 3"}]}, "replies": [reply]}}
+    straggler = {"kind": "straggler", "evidence": "rank 1 slowed to 1.41x", "advice": "look"}
+    data = RunData(
+        "job1",
+        "d",
+        artifacts={"memory-profile-1.json": profile},
+        health=({"findings": [straggler]},),
+        top=({"ranks": [{"rank": 1, "step": 9}]},),
+    )
+    report = build_report(data, NOW)
+    assert report.verdict.startswith("rank 3: rss leaks: troughs climb 8 MiB/step")
+    assert "(1 more finding below)" in report.verdict
+
+
 def test_an_empty_run_says_so():
     report = build_report(RunData("job1", "/runs/job1"), NOW)
     assert report.ok and report.sections == () and report.timeline == ()

@@ -14,15 +14,17 @@ VERDICT_ORDER = (
     "stacks",
     "ranks",
     "consistency",
-    "monitor",
     "memory",
+    "monitor",
     "alerts",
     "logs",
     "trace",
     "debug",
     "environment",
 )
-"""Whose finding becomes the page's first sentence: a hang explains the deaths that follow it."""
+"""Whose finding becomes the page's first sentence: a hang explains the deaths that follow it,
+and an OOM or a leak (hard evidence) goes before the monitors' softer signals such as a rank
+at 1.4x its own best, which a leaking rank's swapping can itself cause."""
 MAX_TIMELINE = 500
 """Timeline items at most: every warning and failure first, then the rest, evenly thinned."""
 
