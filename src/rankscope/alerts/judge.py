@@ -185,8 +185,35 @@ class Cooldown:
 
 
 @dataclass
-class _Judge:
+class HubReader:
+    """The hub's handle, looked up once and again after a failed call (a restarted hub): the
+    judges' one read a turn, never raising and never waiting past `JUDGE_TIMEOUT_S`."""
+
     hub: Any = None
+
+    def list_probes(self, job_id: str | None, fields: list[str] | None = None) -> list[Any] | None:
+        """The job's probes with the summaries in `fields` (None: all), or None when the hub
+        is not there or did not answer in time."""
+        try:
+            import ray
+
+            from rankscope.runtime.hub import find_hub
+
+            if self.hub is None:
+                self.hub = find_hub()
+            if self.hub is None:
+                return None
+            return list(
+                ray.get(self.hub.list_probes.remote(job_id, fields), timeout=JUDGE_TIMEOUT_S)
+            )
+        except Exception:
+            self.hub = None  # the hub restarted or moved: look it up again next time
+            return None
+
+
+@dataclass
+class _Judge:
+    hub: HubReader = field(default_factory=HubReader)
     at: float = 0.0
     judging: bool = False
     """This process judged at its last read (an unranked one then reads every 10 s)."""
@@ -221,19 +248,8 @@ def run_job_judge(
         return []
     _judge.at = now
     try:
-        import ray
-
-        from rankscope.runtime.hub import find_hub
-
-        if _judge.hub is None:
-            _judge.hub = find_hub()
-        if _judge.hub is None:
-            return []
-        try:
-            ref = _judge.hub.list_probes.remote(job_id, ["alerts"])
-            probes = ray.get(ref, timeout=JUDGE_TIMEOUT_S)
-        except Exception:
-            _judge.hub = None  # the hub restarted or moved: look it up again next time
+        probes = _judge.hub.list_probes(job_id, ["alerts"])
+        if probes is None:
             return []
         _judge.judging = judges_job(rank, group, probes, probe_id)
         if not _judge.judging:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rankscope.alerts.judge import FALLBACK_RANKS, judges_group
+from rankscope.alerts.judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.alerts.model import AlertSettings
 from rankscope.alerts.rules import publish
 from rankscope.context import get_context
@@ -25,11 +25,9 @@ from rankscope.monitor.model import Finding, Thresholds
 
 __all__ = ["judge_group", "raise_local"]
 
-JUDGE_TIMEOUT_S = 2.0
-"""The judge's hub call waits at most this long (on the probe thread, never the training's)."""
-
 _gates: dict[str, AlertGate] = {}
-_hub: Any = None
+_hub = HubReader()
+"""The hub read a turn (at most `JUDGE_TIMEOUT_S`, on the probe thread, never the training's)."""
 
 
 def _settings() -> AlertSettings:
@@ -64,28 +62,18 @@ def raise_local(findings: Sequence[Finding]) -> None:
 def judge_group(thresholds: Thresholds | None = None) -> None:
     """On the group's rank 0 (or, while it is dead, the lowest live of ranks 1-3:
     `alerts.judge.judges_group`): stragglers and loss disagreement over the group's summaries."""
-    global _hub
     ctx = get_context()
     if ctx.rank is None or ctx.rank >= FALLBACK_RANKS:
         return
     try:
-        import ray
-
         from rankscope.monitor.collect import inputs_of
-        from rankscope.runtime.hub import find_hub
 
-        if _hub is None:
-            _hub = find_hub()
-        if _hub is None:
-            return
         # ranks 1-3 first ask only who is alive (no summaries), the judge then reads them all
         lean: list[str] | None = None if ctx.rank == 0 else []
-        try:
-            probes = ray.get(_hub.list_probes.remote(ctx.job_id, lean), timeout=JUDGE_TIMEOUT_S)
-            if lean is not None and judges_group(ctx.rank, ctx.group, probes):
-                probes = ray.get(_hub.list_probes.remote(ctx.job_id), timeout=JUDGE_TIMEOUT_S)
-        except Exception:
-            _hub = None  # the hub restarted or moved: look it up again next time
+        probes = _hub.list_probes(ctx.job_id, lean)
+        if probes and lean is not None and judges_group(ctx.rank, ctx.group, probes):
+            probes = _hub.list_probes(ctx.job_id)
+        if probes is None:
             return
         group = ctx.group or ""
         mine = [p for p in probes if (p.context.group or "") == group]
