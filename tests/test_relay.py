@@ -276,3 +276,28 @@ def test_hang_at_scale_asks_each_groups_newest_records_and_finds_the_same_hang()
     assert window[0].records[-1].seq == 1001 and window[0].records[-1].group == "dp"
     assert analyze_hang("j", window, 1000.0).findings == analyze_hang("j", full, 1000.0).findings
     assert analyze_hang("j", window, 1000.0).findings[0].ranks == (3,)
+
+
+def test_a_probe_parked_when_its_node_is_declared_gone_is_told_to_stop_and_stays_dead(tmp_path):
+    """The node sweep marks a node gone while its probes wait in their long polls (direct or
+    at a relay): each poll ends with `stop`, and none counts as a heartbeat after the death."""
+
+    async def main() -> None:
+        hub = _hub(tmp_path)
+        for rank in range(2):
+            info = _info(rank)
+            on_node = dataclasses.replace(info.context, node_id="node-gone")
+            await hub.register(dataclasses.replace(info, context=on_node), Progress(0, time.time()))
+        direct = asyncio.ensure_future(hub.poll(_request(0, 1), 1.0))
+        relayed = asyncio.ensure_future(hub.poll_batch("relay-a", [("p1", _request(1, 1))], 1.0))
+        await asyncio.sleep(0.1)
+        hub._registry.mark_nodes_gone({"node-gone": "Ray declared it dead"})  # the node sweep
+        declared = time.time()
+        reply, batch = await asyncio.wait_for(asyncio.gather(direct, relayed), 2.0)
+        assert reply.stop == "node gone: Ray declared it dead", reply
+        assert batch.stop == {"p1": "node gone: Ray declared it dead"}, batch
+        rows = {s.info.probe_id: s for s in await hub.list_probes("job")}
+        assert all(s.state == ProbeState.DEAD for s in rows.values()), rows
+        assert all(s.last_seen < declared for s in rows.values()), rows
+
+    asyncio.run(main())

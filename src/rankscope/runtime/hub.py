@@ -104,6 +104,8 @@ class Hub:
         if record.reason:  # its node is gone: an orphan nobody watches any more
             return PollReply(known=True, interval=self._interval, stop=record.reason)
         await record.mailbox.wait(wait_s)
+        if record.reason:  # its node was declared gone while it waited: no heartbeat after that
+            return PollReply(known=True, interval=self._interval, stop=record.reason)
         commands = record.mailbox.take()
         record.last_seen = time.time()
         record.interval = self._interval  # its next poll waits so long: not silence
@@ -141,6 +143,9 @@ class Hub:
         await self._relays.wait(relay_id, wait_s)
         now = time.time()
         for record in known:  # parked at their relay all along: alive, as a long poll here
+            if record.reason:  # declared gone while parked
+                stop[record.info.probe_id] = record.reason
+                continue
             record.last_seen, record.interval = now, self._interval
         replies.update((p, (True, c)) for p, c in self._relays.take(relay_id).items())
         return BatchReply(
