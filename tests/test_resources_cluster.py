@@ -1,7 +1,8 @@
 """why-pending, the allocator and `memory --by-gpu` on a real cluster with declared GPUs.
 
 The state API lives in Ray's dashboard, which the session cluster (tests/conftest.py) runs
-without, and these scenarios need declared GPUs and labels. So this file is also a script: the
+without (why-pending there reads the GCS: tests/test_why_pending_gcs.py), and these scenarios
+need declared GPUs, labels and Ray's tasks. So this file is also a script: the
 module fixture runs it in a subprocess with its own RAY_TMPDIR, where it starts its own
 three-node cluster (a head with the dashboard, a 2-GPU `node_type=gpu_highmem` node, a 1-GPU
 node; no real GPUs), plays every scenario once, runs the CLI against it and writes what it saw
@@ -53,23 +54,6 @@ def _verdict(seen: dict, name: str) -> dict:
     raise AssertionError(f"{name} is not pending: {[v['demand']['name'] for v in verdicts]}")
 
 
-def test_why_pending_without_the_dashboard_is_one_line_exit_2(cluster):
-    """The session cluster runs without the dashboard (and beside this file's own cluster)."""
-    env = {**os.environ, "RAY_ADDRESS": cluster.address}
-    done = subprocess.run(
-        [sys.executable, "-m", "rankscope.cli.main", "why-pending"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
-    (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("rankscope: error: Ray's state API does not answer")
-    assert "--include-dashboard=true" in line
-
-
 def test_plan_on_the_live_cluster_places_three_on_gpus_and_one_on_cpu(seen):
     placements = seen["plan"]["placements"]
     assert [p["device"] for p in placements] == ["GPU", "GPU", "GPU", "CPU"]
@@ -85,6 +69,7 @@ def test_allocate_places_each_bundle_on_its_planned_node(seen):
 
 def test_an_actor_asking_three_gpus_is_infeasible_with_the_shortfall(seen):
     assert seen["why_pending_rc"] == 1  # something is infeasible
+    assert seen["why_pending"]["data"]["notes"] == []  # the state API answered: tasks read too
     v = _verdict(seen, "NeedsThreeGpus")
     assert v["verdict"] == "infeasible"
     assert any(

@@ -235,14 +235,14 @@ class SmartResourceAllocator:
     def _explain(
         self, pg_id: str, bundles: list[Resources], strategy: str, selectors: list[dict[str, str]]
     ) -> str:
-        """The why-pending verdict of this group (state API when the dashboard answers)."""
+        """The why-pending verdict of this group, with the holders of what it lacks."""
         from rankscope.resources.analysis import explain_pending
         from rankscope.resources.collect import cluster_nodes, read_demands
 
         holders: list[Any] = []
         try:
-            _, holders = read_demands(timeout=5)
-        except Exception:  # no dashboard: the verdict still stands, without holders
+            holders = read_demands(timeout=5).holders
+        except Exception:  # no state API nor GCS tables: the verdict stands, without holders
             holders = []
         merged: dict[str, str] = {}
         for s in selectors:

@@ -2,14 +2,17 @@
 
 Nodes, their totals, labels and free resources come from the GCS (no dashboard needed, so the
 allocator plans on any cluster); pending tasks, actors and placement groups and what holds the
-resources come from Ray's state API, which needs the dashboard (`why-pending` says so in one
-line when it is off). GPU free memory comes from a node task (`nvidia-smi`) when asked.
+resources come from Ray's state API, which needs the dashboard. Without it (the demo's cluster,
+many CI clusters), actors and placement groups are read from the GCS's own tables instead and
+tasks are left out, which the report says in one line. GPU free memory comes from a node task
+(`nvidia-smi`) when asked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rankscope.errors import UserError
@@ -17,6 +20,7 @@ from rankscope.resources.analysis import explain_pending
 from rankscope.resources.model import Demand, DemandKind, Holder, NodeResources, PendingReport
 
 __all__ = [
+    "DemandsRead",
     "NoStateApiError",
     "cluster_nodes",
     "gpu_memory_by_node",
@@ -35,10 +39,52 @@ PENDING_TASK_STATES = (
 PENDING_ACTOR_STATES = frozenset({"PENDING_CREATION", "DEPENDENCIES_UNREADY"})
 NODE_TASK_TIMEOUT_S = 15.0
 GIB = 1024**3
+NO_DASHBOARD_NOTE = (
+    "read from Ray's GCS (the cluster runs without its dashboard): actors and placement groups "
+    "only, pending and running tasks left out; start the head with --include-dashboard=true "
+    "to see them"
+)
 
 
 class NoStateApiError(UserError):
     """Ray's state API does not answer: the cluster runs without its dashboard."""
+
+
+@dataclass(frozen=True)
+class DemandsRead:
+    """What waits, what holds resources now, and what the read left out (one line, or "")."""
+
+    demands: list[Demand]
+    holders: list[Holder]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class _ActorRecord:
+    """An actor from the GCS's table, named as the state API's `ActorState` names its fields
+    (ids in hex), so one conversion serves both sources."""
+
+    actor_id: str
+    class_name: str
+    state: str
+    required_resources: dict[str, float]
+    label_selector: dict[str, str]
+    placement_group_id: str
+    job_id: str
+    node_id: str
+
+
+@dataclass(frozen=True)
+class _GroupRecord:
+    """A placement group from the GCS's table, named as the state API's `PlacementGroupState`
+    names its fields; `bundles` as it lists them (`unit_resources`, `node_id`, `label_selector`)."""
+
+    placement_group_id: str
+    name: str
+    state: str
+    strategy: str
+    creator_job_id: str
+    bundles: list[dict[str, Any]] = field(default_factory=list)
 
 
 def cluster_nodes() -> list[NodeResources]:
@@ -64,8 +110,39 @@ def cluster_nodes() -> list[NodeResources]:
     return nodes
 
 
-def read_demands(*, timeout: int = STATE_TIMEOUT_S) -> tuple[list[Demand], list[Holder]]:
-    """Pending tasks, actors and placement groups, and who holds resources now (state API)."""
+def read_demands(*, timeout: int = STATE_TIMEOUT_S) -> DemandsRead:
+    """Pending tasks, actors and placement groups, and who holds resources now (state API);
+    without the dashboard, actors and groups from the GCS and a note that tasks are left out."""
+    try:
+        got = _ask_state_api(timeout)
+    except Exception as exc:  # the state API lives in the dashboard
+        if "dashboard" in str(exc).lower() or "connect" in str(exc).lower():
+            return _read_from_gcs()
+        raise
+    strategies = _group_strategies() if got["groups"] else {}
+    demands, holders = _from_records(got["actors"], got["groups"], strategies)
+    for s in PENDING_TASK_STATES:
+        demands += [_task_demand(t) for t in got[s] if _is_plain_task(t)]
+    holders += [
+        _holder("task", t.task_id, t.name, t.node_id, t)
+        for t in got["RUNNING"]
+        if _is_plain_task(t) and t.node_id
+    ]
+    return DemandsRead(demands, holders)
+
+
+def pending_report(address: str | None) -> PendingReport:
+    """Connect, read nodes and demands, explain every pending demand."""
+    from rankscope.runtime.client import connect
+
+    connect(address)
+    read = read_demands()
+    report = explain_pending(read.demands, cluster_nodes(), read.holders)
+    return replace(report, notes=(read.note,)) if read.note else report
+
+
+def _ask_state_api(timeout: int) -> dict[str, list[Any]]:
+    """Every list the report needs from the state API, asked at once: by name."""
     from ray.util import state
 
     def tasks(st: str) -> Callable[[], list[Any]]:
@@ -86,34 +163,96 @@ def read_demands(*, timeout: int = STATE_TIMEOUT_S) -> tuple[list[Demand], list[
             limit=LIMIT, detail=True, timeout=timeout, raise_on_missing_output=False
         ),
     }
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = {k: pool.submit(fn) for k, fn in calls.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
+def _read_from_gcs() -> DemandsRead:
+    """No dashboard: actors and placement groups from the GCS, or the one clear line."""
     try:
-        with ThreadPoolExecutor(len(calls)) as pool:
-            futures = {k: pool.submit(fn) for k, fn in calls.items()}
-            got = {k: f.result() for k, f in futures.items()}
-    except Exception as exc:  # the state API lives in the dashboard
-        if "dashboard" in str(exc).lower() or "connect" in str(exc).lower():
-            raise NoStateApiError(
-                "Ray's state API does not answer (the cluster runs without its dashboard): "
-                "start it with `ray start --head --include-dashboard=true` "
-                "(or ray.init(include_dashboard=True))"
-            ) from None
-        raise
+        actors, groups = _gcs_records()
+    except Exception:
+        raise NoStateApiError(
+            "Ray's state API does not answer (the cluster runs without its dashboard): "
+            "start it with `ray start --head --include-dashboard=true` "
+            "(or ray.init(include_dashboard=True))"
+        ) from None
+    strategies = {g.placement_group_id: g.strategy for g in groups}
+    demands, holders = _from_records(actors, groups, strategies)
+    return DemandsRead(demands, holders, NO_DASHBOARD_NOTE)
+
+
+def _gcs_records() -> tuple[list[_ActorRecord], list[_GroupRecord]]:
+    """The GCS's actor table (pending and alive) and placement group table, as records.
+
+    Why Ray's private API: the public state API (`ray.util.state`) is served by the dashboard,
+    and a cluster started without it answers none of it; the GCS still keeps both tables, which
+    `ray._private.state`'s accessor returns as serialized `gcs_pb2` records (Ray 2.60's names:
+    `ActorTableData`, `PlacementGroupTableData`). Ray's tasks are not in the GCS (their events
+    also go through the dashboard), so they are left out. Any change of these names in a later
+    Ray fails here, and the caller says the state API does not answer, as before.
+    """
+    from ray._private.state import state
+    from ray.core.generated import common_pb2, gcs_pb2
+
+    gcs: Any = gcs_pb2  # generated protobuf classes: no stubs for mypy
+    common: Any = common_pb2
+    accessor = state._connect_and_get_accessor()
+    actor_states = gcs.ActorTableData.ActorState
+    actors = []
+    for wanted in (*sorted(PENDING_ACTOR_STATES), "ALIVE"):
+        for raw in accessor.get_actor_table(None, wanted):
+            a = gcs.ActorTableData.FromString(raw)
+            actors.append(
+                _ActorRecord(
+                    actor_id=a.actor_id.hex(),
+                    class_name=a.class_name,
+                    state=actor_states.Name(a.state),
+                    required_resources=dict(a.required_resources),
+                    label_selector=dict(a.label_selector),
+                    placement_group_id=a.placement_group_id.hex(),
+                    job_id=a.job_id.hex(),
+                    node_id=a.node_id.hex(),
+                )
+            )
+    group_states = gcs.PlacementGroupTableData.PlacementGroupState
+    groups = []
+    for raw in accessor.get_placement_group_table():
+        g = gcs.PlacementGroupTableData.FromString(raw)
+        bundles = [
+            {
+                "unit_resources": dict(b.unit_resources),
+                "node_id": b.node_id.hex(),
+                "label_selector": dict(b.label_selector),
+            }
+            for b in sorted(g.bundles, key=lambda b: b.bundle_id.bundle_index)
+        ]
+        groups.append(
+            _GroupRecord(
+                placement_group_id=g.placement_group_id.hex(),
+                name=g.name,
+                state=group_states.Name(g.state),
+                strategy=common.PlacementStrategy.Name(g.strategy),
+                creator_job_id=g.creator_job_id.hex(),
+                bundles=bundles,
+            )
+        )
+    return actors, groups
+
+
+def _from_records(
+    actors: Sequence[Any], groups: Sequence[Any], strategies: dict[str, str]
+) -> tuple[list[Demand], list[Holder]]:
+    """Demands and holders from actor and placement group records (state API or GCS)."""
     demands: list[Demand] = []
     holders: list[Holder] = []
-    for s in PENDING_TASK_STATES:
-        demands += [_task_demand(t) for t in got[s] if _is_plain_task(t)]
-    holders += [
-        _holder("task", t.task_id, t.name, t.node_id, t)
-        for t in got["RUNNING"]
-        if _is_plain_task(t) and t.node_id
-    ]
-    for a in got["actors"]:
+    for a in actors:
         if a.state in PENDING_ACTOR_STATES:
             demands.append(_actor_demand(a))
         elif a.state == "ALIVE" and a.node_id:
             holders.append(_holder("actor", a.actor_id, a.class_name, a.node_id, a))
-    strategies = _group_strategies() if got["groups"] else {}
-    for g in got["groups"]:
+    for g in groups:
         if g.state in ("PENDING", "RESCHEDULING"):
             demands.append(_group_demand(g, strategies.get(g.placement_group_id, "")))
         elif g.state == "CREATED":
@@ -129,15 +268,6 @@ def read_demands(*, timeout: int = STATE_TIMEOUT_S) -> tuple[list[Demand], list[
                         )
                     )
     return demands, holders
-
-
-def pending_report(address: str | None) -> PendingReport:
-    """Connect, read nodes and demands, explain every pending demand."""
-    from rankscope.runtime.client import connect
-
-    connect(address)
-    demands, holders = read_demands()
-    return explain_pending(demands, cluster_nodes(), holders)
 
 
 def gpu_memory_by_node(

@@ -173,6 +173,8 @@ class PendingReport:
 
     nodes: tuple[NodeResources, ...]
     verdicts: tuple[PendingVerdict, ...]
+    notes: tuple[str, ...] = ()
+    """What the read left out, one line each (no dashboard: tasks)."""
 
     @property
     def infeasible(self) -> tuple[PendingVerdict, ...]:

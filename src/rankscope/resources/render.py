@@ -36,6 +36,7 @@ def render_pending(report: PendingReport) -> RenderableType:
             *(_free_of(n.available, n.total, r) for r in ("CPU", "GPU", *custom)),
         )
     parts: list[RenderableType] = [nodes]
+    parts += [Text(f"note: {note}", style="dim") for note in report.notes]
     if not report.verdicts:
         parts.append(Text("nothing is pending", style="green"))
         return Group(*parts)
