@@ -140,3 +140,23 @@ def test_a_damaged_step_file_costs_its_rank_only():
     odd = {**good, "rank": 2, "columns": ["t", "step"]}
     series, _, _ = series_from_docs([good, cut, odd])
     assert [s["rank"] for s in series] == [0]
+
+
+def test_a_step_file_whose_loss_went_nan_is_read_as_the_monitor_wrote_it(tmp_path):
+    """`json.dumps` writes NaN as the bare word `NaN`, which the fast JSON reader refuses: the
+    file is read all the same, and the rank's first non-finite loss is the finding."""
+    from rankscope.report.steps import read_step_files
+
+    rows = [[s, 10.0 + s, 2.0 if s < 30 else float("nan"), 64, 1.0] for s in range(1, 41)]
+    doc = {"kind": "rankscope.steps", "rank": 0, "group": "g", "stride": 1,
+           "columns": ["step", "t", "loss", "tokens", "grad_norm"], "rows": rows,
+           "first_nonfinite": {"step": 30, "t": 40.0, "name": "loss", "value": "nan"}}  # fmt: skip
+    name = file_name(0, "g", 1)
+    (tmp_path / name).write_text(json.dumps(doc))
+    assert "NaN" in (tmp_path / name).read_text()
+    docs, notes = read_step_files(str(tmp_path), [(name, (tmp_path / name).stat().st_size)])
+    assert notes == [] and len(docs) == 1
+    series, health, _ = series_from_docs(docs)
+    assert series[0]["samples"][29][2] != series[0]["samples"][29][2]  # NaN, kept as NaN
+    nonfinite = [f for h in health for f in h["findings"] if f["kind"] == "non_finite"]
+    assert nonfinite and nonfinite[0]["ranks"] == [0] and nonfinite[0]["step"] == 30, health
