@@ -1,7 +1,8 @@
 """why-pending on the session cluster, which runs without Ray's dashboard (tests/conftest.py).
 
 Ray's state API is served by the dashboard; without it why-pending reads actors and placement
-groups from the GCS and says in one line that tasks are left out.
+groups from the GCS and says in one line that tasks are left out. The demo's `pending-actor`
+fault decides on the same report (`the_actor`), tested here without training a job.
 """
 
 from __future__ import annotations
@@ -90,3 +91,22 @@ def test_a_waiting_actor_names_the_alive_actor_that_holds_what_it_needs(cluster)
     spread = _verdict(data, "spread3")
     assert spread["verdict"] == "infeasible"
     assert "STRICT_SPREAD: each bundle on its own node" in spread["reason"]
+
+
+def test_the_demo_s_pending_actor_is_found_as_its_diagnosis_decides(cluster):
+    """`--fault pending-actor`'s decision, on the report why-pending builds, without a job."""
+    from rankscope.demo.fault_pending_actor import CPU_FACTOR, Evaluator, the_actor
+    from rankscope.resources.collect import cluster_nodes, pending_report
+
+    largest = max(n.total.get("CPU", 0.0) for n in cluster_nodes() if n.alive)
+    job_id = ray.get_runtime_context().get_job_id()
+    actor = ray.remote(Evaluator).options(num_cpus=int(largest) * CPU_FACTOR).remote()
+    try:
+        verdict = wait_until(
+            lambda: the_actor(pending_report(None), job_id), what="the Evaluator pending"
+        )
+    finally:
+        ray.kill(actor)
+    assert verdict.verdict.value == "infeasible", verdict.reason
+    assert {s.resource for s in verdict.shortfalls} == {"CPU"}
+    assert f"asks {{CPU: {int(largest) * CPU_FACTOR}}}" in verdict.reason

@@ -19,7 +19,7 @@ def demo(
         typer.Option(
             "--fault",
             help="Fault to inject: stall, hang, leak, desync, breakpoint, straggler, nan, "
-            "loss-spike, error-burst, dead-rank, none; "
+            "loss-spike, error-burst, dead-rank, pending-actor, none; "
             "several (hang,leak) or all: each in turn, one job each.",
         ),
     ] = "stall",

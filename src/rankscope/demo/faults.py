@@ -60,6 +60,9 @@ def _registry() -> dict[str, Fault]:
     from rankscope.demo import fault_dead_rank
 
     faults.append(fault_dead_rank.FAULT)
+    from rankscope.demo import fault_pending_actor
+
+    faults.append(fault_pending_actor.FAULT)
     return {f.name: f for f in faults}
 
 
