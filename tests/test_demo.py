@@ -58,19 +58,25 @@ def test_unknown_fault_is_one_clear_line():
 
 
 def test_new_faults_run_as_jobs_of_one_cluster_and_the_table_names_the_rank():
-    """Two of the new faults (`rankscope monitor`'s, `rankscope alerts`') through `--fault
-    all`'s code path, one cluster; the others in `demo --fault all` (docs/PERFORMANCE.md)."""
-    result = run_demo("--fault", "nan,error-burst")
+    """Three of the new faults (`rankscope monitor`'s, `rankscope alerts`', `rankscope
+    why-pending`'s) through `--fault all`'s code path, one cluster; the others in `demo --fault
+    all` (docs/PERFORMANCE.md)."""
+    result = run_demo("--fault", "nan,error-burst,pending-actor")
     assert result.returncode == 0, result.stdout + result.stderr
     cells = [line.split("│") for line in result.stdout.splitlines() if line.count("│") >= 5]
     rows = [(c[1].strip(), c[2].strip()) for c in cells if c[1].strip() not in ("", "fault")]
-    assert rows == [("nan", "yes"), ("error-burst", "yes")]
+    assert rows == [("nan", "yes"), ("error-burst", "yes"), ("pending-actor", "yes")]
     by = {c[1].strip(): c[4].strip() for c in cells if c[1].strip()}
     assert by["nan"] == "rankscope monitor"
     assert by["error-burst"] == "rankscope alerts"
+    assert by["pending-actor"] == "rankscope why-pending"
     err = " ".join(result.stderr.split())  # each fault's diagnosis, as its command prints it
     assert "rank 3 saw the first nan loss at step 6" in err  # loop step 5: the 6th step()
     assert "rank 3: 12 ERROR" in err  # the alert, in a table cell that wraps
+    # the demo's cluster has no dashboard: why-pending read the GCS, and said so
+    assert "infeasible actor Evaluator (" in err
+    assert "asks {CPU: 8}: no node could ever fit it" in err  # 4 ranks: a 4-CPU node
+    assert "short by 4" in err and "pending and running tasks left out" in err
 
 
 def test_a_fault_s_first_step_and_the_steps_it_needs():
