@@ -77,6 +77,8 @@ def test_new_faults_run_as_jobs_of_one_cluster_and_the_table_names_the_rank():
     assert "infeasible actor Evaluator (" in err
     assert "asks {CPU: 8}: no node could ever fit it" in err  # 4 ranks: a 4-CPU node
     assert "short by 4" in err and "pending and running tasks left out" in err
+    # the job's report, written while the actor waited, says so first
+    assert "verdict: actor Evaluator can never be placed on this cluster: " in err
 
 
 def test_a_fault_s_first_step_and_the_steps_it_needs():

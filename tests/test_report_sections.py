@@ -178,3 +178,26 @@ def test_a_broken_input_costs_its_section_and_the_page_says_so():
             rf"the {section} section is left out: its data could not be read \(\w+Error", text
         )
     assert "hello" in text  # the rest of the page is there
+
+
+def test_work_no_node_can_host_is_the_verdict_and_a_section():
+    """A live job whose actor asks more CPUs than any node has: the page's first sentence
+    names it (why-pending's own analysis, narrowed to the job); another job's is left out."""
+    from rankscope.resources.analysis import explain_pending
+    from rankscope.resources.model import Demand, DemandKind, NodeResources
+
+    node = NodeResources("n1", "10.0.0.1", {"CPU": 4.0}, {"CPU": 0.0})
+    ours = Demand(DemandKind.ACTOR, "a1", "main.Evaluator", "PENDING_CREATION",
+                  ({"CPU": 8.0},), job_id="01000000")  # fmt: skip
+    theirs = Demand(DemandKind.ACTOR, "a2", "main.Other", "PENDING_CREATION",
+                    ({"CPU": 16.0},), job_id="02000000")  # fmt: skip
+    report = explain_pending([ours, theirs], [node], [])
+    mine = [v for v in report.verdicts if v.demand.job_id == "01000000"]
+    pending = ({"verdicts": plain(mine), "notes": ["read from Ray's GCS"]},)
+    page = build_report(RunData("01000000", "test", pending=pending), 0.0)
+    assert page.verdict.startswith("actor Evaluator can never be placed on this cluster: "), page
+    assert "CPU" in page.verdict and "Other" not in page.verdict
+    (section,) = [s for s in page.sections if s.key == "pending"]
+    assert section.tables[0].rows[0][:2] == ("actor Evaluator", "infeasible")
+    assert section.notes == ("read from Ray's GCS",)
+    assert "Work Ray has not placed" in render_html(page)

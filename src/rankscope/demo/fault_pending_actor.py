@@ -43,20 +43,18 @@ def diagnose(session: DemoSession) -> bool:
     largest = max(n.total.get("CPU", 0.0) for n in cluster_nodes() if n.alive)
     asks = int(largest) * CPU_FACTOR
     evaluator_cls: Any = ray.remote(Evaluator)
-    evaluator = evaluator_cls.options(num_cpus=asks).remote()
+    # ended after the job's report, which shows it pending (it holds nothing: never placed)
+    session.others.append(evaluator_cls.options(num_cpus=asks).remote())
     session.console.print(
         f"the driver started an {ACTOR_CLASS} actor asking {asks} CPUs (the largest node has "
         f"{largest:g}); it never starts. `rankscope why-pending`:\n"
     )
-    try:
-        verdict = _why_pending_of_the_actor(session)
-        return (
-            verdict is not None
-            and verdict.verdict == Verdict.INFEASIBLE
-            and any(s.resource == "CPU" for s in verdict.shortfalls)
-        )
-    finally:
-        ray.kill(evaluator)  # it holds nothing: it was never scheduled
+    verdict = _why_pending_of_the_actor(session)
+    return (
+        verdict is not None
+        and verdict.verdict == Verdict.INFEASIBLE
+        and any(s.resource == "CPU" for s in verdict.shortfalls)
+    )
 
 
 def the_actor(report: PendingReport, job_id: str) -> PendingVerdict | None:

@@ -101,7 +101,7 @@ def run_fault(plan: DemoPlan, console: Console, run_dir: str, *, address: str) -
         seconds = time.time() - started
         session.flush_events()
         verdict, report = _write_report(session)
-        for actor in session.actors:
+        for actor in [*session.actors, *session.others]:
             ray.kill(actor)
     finally:
         ray.shutdown()

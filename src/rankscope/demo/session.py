@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -34,6 +34,9 @@ class DemoSession:
     run_dir: str
     job_id: str
     """This driver's Ray job: the hub also keeps earlier jobs' ranks (`--fault all`)."""
+    others: list[Any] = field(default_factory=list)
+    """Actors a fault's diagnosis started beside the ranks: ended with them, after the job's
+    report (which shows them live), and by Ray with the job in any case."""
 
     def ranked_probes(self) -> list[ProbeStatus]:
         probes = [p for p in self.client.probes(self.job_id) if p.context.rank is not None]

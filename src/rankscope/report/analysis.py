@@ -13,6 +13,7 @@ VERDICT_ORDER = (
     "hang",
     "stacks",
     "ranks",
+    "pending",
     "consistency",
     "memory",
     "monitor",
@@ -24,7 +25,8 @@ VERDICT_ORDER = (
 )
 """Whose finding becomes the page's first sentence: a hang explains the deaths that follow it,
 and an OOM or a leak (hard evidence) goes before the monitors' softer signals such as a rank
-at 1.4x its own best, which a leaking rank's swapping can itself cause."""
+at 1.4x its own best, which a leaking rank's swapping can itself cause. Work no node can
+host is hard evidence too: what waits for it never starts."""
 MAX_TIMELINE = 500
 """Timeline items at most: every warning and failure first, then the rest, evenly thinned."""
 

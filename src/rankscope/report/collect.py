@@ -108,6 +108,7 @@ def _from_hub(
     top: tuple[dict[str, Any], ...] = ()
     series: tuple[dict[str, Any], ...] = ()
     environment: tuple[dict[str, Any], ...] = ()
+    pending: tuple[dict[str, Any], ...] = ()
     notes = list(skipped)
     if live and alive:
         hang = tuple(plain(r) for r in hang_reports(address, job_id, HANG_MIN_WAIT_S))
@@ -123,6 +124,10 @@ def _from_hub(
             environment = tuple(plain(e) for e in job_environments(address, job_id))
         except Exception as exc:  # the page goes on without it
             notes.append(f"the ranks' environments could not be compared ({exc})")
+        try:
+            pending = _pending(address, job_id)
+        except Exception as exc:  # the page goes on without it
+            notes.append(f"the work Ray has not placed could not be read ({exc})")
     found = _job_files(job_dir, files, series=not series, here=files_here)
     notes.extend(found.notes)
     if not series and found.series:  # the job is gone: its whole run from the step files
@@ -144,8 +149,19 @@ def _from_hub(
         series_from=found.series_from if series is found.series else "",
         traces=found.traces,
         environment=environment,
+        pending=pending,
         notes=tuple(notes),
     )
+
+
+def _pending(address: str | None, job_id: str) -> tuple[dict[str, Any], ...]:
+    """The job's actors, tasks and placement groups Ray has not placed, and why (the same
+    read as `rankscope why-pending`); empty when all of its work is placed."""
+    from rankscope.resources.collect import pending_report
+
+    report = pending_report(address)
+    mine = [v for v in report.verdicts if v.demand.job_id == job_id]
+    return ({"verdicts": plain(mine), "notes": list(report.notes)},) if mine else ()
 
 
 def _monitor(

@@ -101,6 +101,9 @@ class RunData:
     series_from: str = ""
     """Where `series` comes from: "" (live), or the run directory's `steps-*.json` files (every
     Nth step of the whole run)."""
+    pending: tuple[dict[str, Any], ...] = ()
+    """This job's work Ray has not placed, live (`why-pending --json`'s data narrowed to the
+    job): {"verdicts": [...], "notes": [...]}."""
     traces: tuple[dict[str, Any], ...] = ()
     """The run's trace files read back: {"name", "bytes", and "digest" or "error"}."""
     environment: tuple[dict[str, Any], ...] = ()

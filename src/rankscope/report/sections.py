@@ -88,6 +88,28 @@ def stacks_section(data: RunData, now: float) -> Section | None:
     return Section("stacks", "Stacks", tuple(findings), f"{count} processes (live)", (table,))
 
 
+def pending_section(data: RunData, now: float) -> Section | None:
+    """The job's work Ray has not placed (`rankscope why-pending`), live: what no node can
+    ever host is a finding; work waiting for resources others hold is listed with why."""
+    verdicts = [v for p in data.pending for v in p.get("verdicts", ())]
+    if not verdicts:
+        return None
+    rows = []
+    findings = []
+    for v in verdicts:
+        demand = v.get("demand") or {}
+        what = f"{demand.get('kind', '?')} {str(demand.get('name', '?')).rsplit('.', 1)[-1]}"
+        rows.append((what, str(v.get("verdict", "?")), str(v.get("reason", ""))))
+        if v.get("verdict") == "infeasible":
+            findings.append(f"{what} can never be placed on this cluster: {v.get('reason', '')}")
+    table = Table(("what", "verdict", "why"), tuple(rows[:MAX_ROWS]))
+    notes = tuple(n for p in data.pending for n in p.get("notes", ()))
+    summary = f"{len(verdicts)} pending, {len(findings)} that no node can host (live)"
+    return Section(
+        "pending", "Work Ray has not placed", tuple(findings[:8]), summary, (table,), (), notes
+    )
+
+
 def consistency_section(data: RunData, now: float) -> Section | None:
     """`verify_distributed_tensors` checks: the ones out of tolerance and their odd ranks."""
     checks = [e for e in data.events if e.get("kind") == "consistency"]
@@ -231,6 +253,7 @@ SECTIONS: tuple[Callable[[RunData, float], Section | None], ...] = (
     ranks_section,
     hang_section,
     stacks_section,
+    pending_section,
     consistency_section,
     memory_section,
     monitor_section,
