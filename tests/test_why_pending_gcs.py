@@ -110,3 +110,25 @@ def test_the_demo_s_pending_actor_is_found_as_its_diagnosis_decides(cluster):
     assert verdict.verdict.value == "infeasible", verdict.reason
     assert {s.resource for s in verdict.shortfalls} == {"CPU"}
     assert f"asks {{CPU: {int(largest) * CPU_FACTOR}}}" in verdict.reason
+
+
+def test_doctor_s_pending_check_reads_the_gcs_when_the_cluster_has_no_dashboard(cluster):
+    """`rankscope doctor` beside a job on a cluster without the dashboard: work no node can
+    host fails its check (it used to be skipped), and the check says how it was read."""
+    from rankscope.doctor.preflight.live import PENDING, live_checks
+    from rankscope.doctor.preflight.model import Status
+
+    @ray.remote(num_cpus=0)
+    class NeedsTwentyCpus:
+        pass
+
+    actor = NeedsTwentyCpus.options(num_cpus=20).remote()
+    try:
+        wait_until(lambda: _listed("NeedsTwentyCpus"), what="the actor in the GCS")
+        checks = live_checks(cluster.address, "the cluster runs without it")
+    finally:
+        ray.kill(actor)
+    (check,) = [c for c in checks if c.name == PENDING]
+    assert check.status == Status.FAIL, check
+    assert NOTE in check.summary, check
+    assert any("NeedsTwentyCpus" in what for what in check.evidence), check.evidence

@@ -110,9 +110,12 @@ def cluster_nodes() -> list[NodeResources]:
     return nodes
 
 
-def read_demands(*, timeout: int = STATE_TIMEOUT_S) -> DemandsRead:
+def read_demands(*, timeout: int = STATE_TIMEOUT_S, state_api: bool = True) -> DemandsRead:
     """Pending tasks, actors and placement groups, and who holds resources now (state API);
-    without the dashboard, actors and groups from the GCS and a note that tasks are left out."""
+    without the dashboard (or `state_api=False`: known absent, not asked), actors and groups
+    from the GCS and a note that tasks are left out."""
+    if not state_api:
+        return _read_from_gcs()
     try:
         got = _ask_state_api(timeout)
     except Exception as exc:  # the state API lives in the dashboard
@@ -131,12 +134,12 @@ def read_demands(*, timeout: int = STATE_TIMEOUT_S) -> DemandsRead:
     return DemandsRead(demands, holders)
 
 
-def pending_report(address: str | None) -> PendingReport:
-    """Connect, read nodes and demands, explain every pending demand."""
+def pending_report(address: str | None, *, state_api: bool = True) -> PendingReport:
+    """Connect, read nodes and demands, explain every pending demand (`read_demands`)."""
     from rankscope.runtime.client import connect
 
     connect(address)
-    read = read_demands()
+    read = read_demands(state_api=state_api)
     report = explain_pending(read.demands, cluster_nodes(), read.holders)
     return replace(report, notes=(read.note,)) if read.note else report
 

@@ -32,7 +32,8 @@ PENDING = "work Ray cannot place"
 
 def live_checks(address: str | None, dashboard_error: str | None) -> list[Check]:
     """The checks of a live cluster; each skipped, with why, when its source is absent
-    (`dashboard_error`: the state API is not asked when the dashboard is known not to answer)."""
+    (`dashboard_error`: the state API is not asked when the dashboard is known not to answer;
+    pending work is then read from the GCS, actors and placement groups only)."""
     hub = functools.cache(lambda: HubClient.attach(address))  # once, for both probe checks
     checks = [
         _guarded(
@@ -40,10 +41,9 @@ def live_checks(address: str | None, dashboard_error: str | None) -> list[Check]
         ),
         _guarded(GPUS, lambda: gpu_sharing_check(collect_by_gpu(address, None, client=hub()))),
     ]
-    if dashboard_error is not None:
-        no_dashboard = f"not read: no dashboard ({dashboard_error})"
-        return [*checks, Check(PENDING, Status.SKIP, no_dashboard)]
-    return [*checks, _guarded(PENDING, lambda: pending_check(pending_report(address)))]
+    state_api = dashboard_error is None
+    pending = _guarded(PENDING, lambda: pending_check(pending_report(address, state_api=state_api)))
+    return [*checks, pending]
 
 
 def _guarded(name: str, check: Callable[[], Check]) -> Check:
@@ -128,15 +128,18 @@ def gpu_sharing_check(jobs: Sequence[JobGpus]) -> Check:
 def pending_check(report: PendingReport) -> Check:
     """FAIL when some pending work fits no node (it would wait forever), WARN when work waits
     for resources others hold, OK when nothing is pending."""
+    read = "".join(f" ({note})" for note in report.notes)  # read without the dashboard
     if not report.verdicts:
-        return Check(PENDING, Status.OK, "nothing is pending")
+        return Check(PENDING, Status.OK, f"nothing is pending{read}")
     evidence = {
         f"{v.demand.kind.value} {v.demand.name or v.demand.id}": f"{v.verdict.value}: {v.reason}"
         for v in report.verdicts
     }
     infeasible = report.infeasible
     waiting = [v for v in report.verdicts if v.verdict == Verdict.WAITING]
-    summary = f"{len(report.verdicts)} pending: {len(infeasible)} fit no node, {len(waiting)} wait"
+    summary = (
+        f"{len(report.verdicts)} pending: {len(infeasible)} fit no node, {len(waiting)} wait{read}"
+    )
     if infeasible:
         return Check(
             PENDING,
