@@ -98,7 +98,8 @@ def pending_section(data: RunData, now: float) -> Section | None:
     findings = []
     for v in verdicts:
         demand = v.get("demand") or {}
-        what = f"{demand.get('kind', '?')} {str(demand.get('name', '?')).rsplit('.', 1)[-1]}"
+        name = str(demand.get("name") or demand.get("id") or "?").rsplit(".", 1)[-1]
+        what = f"{demand.get('kind', '?')} {name}"  # an unnamed placement group: its id
         rows.append((what, str(v.get("verdict", "?")), str(v.get("reason", ""))))
         if v.get("verdict") == "infeasible":
             findings.append(f"{what} can never be placed on this cluster: {v.get('reason', '')}")
