@@ -15,8 +15,9 @@ import ray
 from helpers import probes_by_pid, wait_registered
 from rankscope.hang.activity import find_work
 from rankscope.hang.model import CallState, CollectiveRecord
-from rankscope.hang.watchdog import check_interval
+from rankscope.hang.watchdog import check_interval, report_claim
 from rankscope.runtime.client import HubClient
+from rankscope.runtime.hub import find_hub
 from rankscope.stacks.model import Frame, ThreadStack
 from workers import GlooRank, wait_until
 
@@ -121,7 +122,13 @@ def test_rank_idle_between_calls_is_not_reported(rank):
 
 
 def test_method_running_user_code_without_a_step_is_reported(rank, tmp_path):
+    """Also while another group of the job holds its report's claim for a long timeout (a rank
+    left in a collective at the default 300 s, as a verl job's other worker group can be)."""
     actor, probe_id = rank
+    hub = find_hub()
+    assert hub is not None
+    job_id = ray.get_runtime_context().get_job_id()
+    assert ray.get(hub.claim.remote(job_id, report_claim("another-group"), 600.0))
     release = tmp_path / "release"
     stalled = actor.wait_for.remote(str(release))  # wait_for_data: time.sleep in user code
 

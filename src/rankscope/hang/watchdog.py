@@ -127,9 +127,10 @@ class Watchdog:
         from rankscope.runtime.hub import find_hub
 
         hub = find_hub()
-        job_id = get_context().job_id
-        if hub is None or not ray.get(hub.claim.remote(job_id, "hang", self.timeout), timeout=30):
-            return None  # another rank is writing it
+        context = get_context()
+        job_id, key = context.job_id, report_claim(context.group)
+        if hub is None or not ray.get(hub.claim.remote(job_id, key, self.timeout), timeout=30):
+            return None  # another rank of the group is writing it
         client = HubClient(hub)
         report = hang_report(
             client, job_id, client.probes(job_id), min_wait_s=min(self.timeout, 5.0)
@@ -143,6 +144,13 @@ class Watchdog:
         )
         self.reports.append(path)
         return path
+
+
+def report_claim(group: str | None) -> str:
+    """The hub's claim a watchdog takes before it writes a report: one report per group per
+    `hang_timeout`, not one per rank. Per group, not per job: verl runs several worker groups
+    in one job, and a group hung for a long timeout must not silence another's report."""
+    return f"hang:{group or ''}"
 
 
 def check_interval(hang_timeout: float) -> float:
