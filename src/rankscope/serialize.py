@@ -8,8 +8,6 @@ import enum
 import json
 from typing import Any
 
-import orjson
-
 
 def plain(value: Any) -> Any:
     """Dataclasses, enums and containers as JSON-ready values (properties `label`, `location`
@@ -32,7 +30,10 @@ def plain(value: Any) -> Any:
 def parse_json(data: bytes | str) -> Any:
     """A JSON document: orjson where it can (4x the standard library's speed on the 4,096 step
     files a report reads), the standard library for what orjson refuses: the NaN and Infinity
-    that `json.dumps` writes by default (a rank's loss went NaN). Raises ValueError."""
+    that `json.dumps` writes by default (a rank's loss went NaN). Raises ValueError.
+    orjson is imported here, not with the module: every worker imports this one for `plain`."""
+    import orjson
+
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
