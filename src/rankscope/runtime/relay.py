@@ -46,6 +46,10 @@ MAX_HELD_EVENTS = 1000
 """A probe's events held at its relay while its heartbeats wait for a slow hub, at most."""
 FORGET_AFTER_S = 600.0
 """A probe that has not polled for this long is forgotten by its relay."""
+COMMANDS_TOGETHER_S = 0.01
+"""A relay's batched poll, woken by a command, waits this long for more: the fan-outs a CLI
+starts together (`stacks` with `children`, `hang`'s `collectives` with both) then reach the
+node in one batch, not one each (a batched poll and a re-poll per relay fewer per fan-out)."""
 
 
 class RelayHub(Protocol):
@@ -317,6 +321,7 @@ class HubRelays:
         relay.wakeup.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(relay.wakeup.wait(), timeout=timeout)
+            await asyncio.sleep(COMMANDS_TOGETHER_S)
 
     def prune(self) -> None:
         """Drop members the hub holds dead: a relayed probe that died never polls the hub

@@ -7,6 +7,7 @@ the setup hook never reaches) are py-spied too, labelled as their parent rank's 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import ray
@@ -18,14 +19,14 @@ from rankscope.runtime.protocol import FanOutResult, ProbeState, ProbeStatus
 from rankscope.runtime.selection import filter_group, filter_ranks
 from rankscope.stacks.analysis import StackReport, confirmed, group_stacks
 from rankscope.stacks.model import ChildProcess, ProcessStacks
-from rankscope.stacks.pyspy import PYSPY_TIMEOUT_S, dump_on_node
+from rankscope.stacks.pyspy import PARALLEL_DUMPS, PYSPY_TIMEOUT_S, dump_on_node
 
 DEFAULT_DEADLINE_S = 2.0
 CONFIRM_AFTER_S = 1.0
-TASK_START_ALLOWANCE_S = 20.0
-"""A py-spy task may first need a new Ray worker process on a busy node (seconds each)."""
 """When the first look finds ranks stuck, look again this much later: a wait that is part of
 normal progress has moved on by then, a stuck group has not."""
+TASK_START_ALLOWANCE_S = 20.0
+"""A py-spy task may first need a new Ray worker process on a busy node (seconds each)."""
 
 
 def collect_stacks(
@@ -104,37 +105,47 @@ def _as_child(parent: ProbeStatus, child: ChildProcess) -> ProbeStatus:
 
 
 MAX_PYSPY = 64
-"""py-spy tasks one look starts at most. When the hub is overloaded, thousands of probes can miss
-the deadline at once, and a task each floods the cluster with worker starts (measured with the
-probe simulator: 512 silent probes made `stacks` take 42 s instead of 4.5 s). The others are
-reported without a stack, and why."""
+"""Processes one look py-spies at most. When the hub is overloaded, thousands of probes can miss
+the deadline at once (measured with the probe simulator: 512 silent probes, a task each, made
+`stacks` take 42 s instead of 4.5 s). The others are reported without a stack, and why."""
 
 
 def _pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:
-    """py-spy the first MAX_PYSPY targets in parallel, each by a task pinned to its node."""
+    """py-spy the first MAX_PYSPY targets in parallel: one task per node, pinned to it."""
     if not targets:
         return []
     out = [
         ProcessStacks(status, (), "none", f"{why}; not py-spied: {len(targets)} were silent")
         for status, why in targets[MAX_PYSPY:]
     ]
-    refs = {}
+    by_node: dict[str, list[tuple[ProbeStatus, str]]] = {}
     for status, why in targets[:MAX_PYSPY]:
-        ctx = status.context
-        refs[dump_on_node(ctx.node_id, ctx.pid)] = (status, why)
-    timeout = PYSPY_TIMEOUT_S + TASK_START_ALLOWANCE_S
+        by_node.setdefault(status.context.node_id, []).append((status, why))
+    refs = {
+        dump_on_node(node_id, [s.context.pid for s, _ in on_node]): on_node
+        for node_id, on_node in by_node.items()
+    }
+    rounds = max(math.ceil(len(on_node) / PARALLEL_DUMPS) for on_node in by_node.values())
+    timeout = PYSPY_TIMEOUT_S * rounds + TASK_START_ALLOWANCE_S
     ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-    for ref, (status, why) in refs.items():
+    for ref, on_node in refs.items():
         if ref not in ready:
-            late = f"{why}; py-spy's task did not finish within {timeout:.0f}s"
-            out.append(ProcessStacks(status, (), "none", late))
+            late = f"py-spy's task did not finish within {timeout:.0f}s"
+            out.extend(ProcessStacks(s, (), "none", f"{why}; {late}") for s, why in on_node)
             ray.cancel(ref, force=True)
             continue
         try:
-            out.append(ProcessStacks(status, ray.get(ref), "py-spy", why))
+            dumps = ray.get(ref)
         except Exception as exc:
             reason = str(getattr(exc, "cause", None) or exc).strip().splitlines()[-1]
-            out.append(ProcessStacks(status, (), "none", f"{why}; {reason}"))
+            out.extend(ProcessStacks(s, (), "none", f"{why}; {reason}") for s, why in on_node)
+            continue
+        for status, why in on_node:
+            dump = dumps.get(status.context.pid, "py-spy gave nothing")
+            if isinstance(dump, str):
+                out.append(ProcessStacks(status, (), "none", f"{why}; {dump}"))
+            else:
+                out.append(ProcessStacks(status, dump, "py-spy", why))
     return out
 
 
@@ -162,13 +173,17 @@ def stack_reports(
             raise UserError(
                 f"--ranks {ranks}: no registered process of job {job_id} has those ranks"
             )
-        report = group_stacks(job_id, collect_stacks(client, chosen, deadline_s=deadline_s))
+        first = collect_stacks(client, chosen, deadline_s=deadline_s)
+        report = group_stacks(job_id, first)
         if report.findings:
             time.sleep(confirm_after_s)
             now = {p.info.probe_id: p for p in client.probes(job_id)}  # progress meanwhile
             chosen = [now.get(p.info.probe_id, p) for p in chosen]
-            again = group_stacks(job_id, collect_stacks(client, chosen, deadline_s=deadline_s))
-            report = confirmed(report, again)
+            # the ranks again; their child processes as the first look saw them (a fan-out
+            # fewer: at thousands of ranks each one costs the hub seconds)
+            children = [s for s in first if s.parent is not None]
+            again = collect_stacks(client, chosen, deadline_s=deadline_s, children=False)
+            report = confirmed(report, group_stacks(job_id, again + children))
         reports.append(report)
     if wanted is not None and not reports:
         raise UserError(f"--ranks {ranks}: no registered process of any live job has those ranks")

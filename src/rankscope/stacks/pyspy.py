@@ -83,12 +83,34 @@ def parse_pyspy_json(threads: list[dict[str, Any]], pid: int) -> tuple[ThreadSta
     return tuple(stacks)
 
 
+PARALLEL_DUMPS = 8
+"""py-spy processes one node's task runs at once (each briefly stops its target)."""
+
+
+def dump_many_local(pids: list[int]) -> dict[int, tuple[ThreadStack, ...] | str]:
+    """py-spy's view of each of `pids` on this node, or why it could not be taken; each pid
+    dumped once however often it is asked."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(pid: int) -> tuple[ThreadStack, ...] | str:
+        try:
+            return dump_local(pid)
+        except Exception as exc:  # py-spy's reason, or what broke reading its output
+            return str(exc) or type(exc).__name__
+
+    unique = list(dict.fromkeys(pids))
+    with ThreadPoolExecutor(max_workers=min(PARALLEL_DUMPS, len(unique) or 1)) as pool:
+        return dict(zip(unique, pool.map(one, unique), strict=True))
+
+
 @ray.remote(num_cpus=0, max_retries=0)
-def _dump_on_node(pid: int) -> tuple[ThreadStack, ...]:
-    return dump_local(pid)
+def _dump_on_node(pids: list[int]) -> dict[int, tuple[ThreadStack, ...] | str]:
+    return dump_many_local(pids)
 
 
-def dump_on_node(node_id: str, pid: int) -> ray.ObjectRef:
-    """Start py-spy for `pid` by a Ray task pinned to `node_id`; returns the task's ref."""
+def dump_on_node(node_id: str, pids: list[int]) -> ray.ObjectRef:
+    """Start py-spy for `pids` by one Ray task pinned to `node_id` (one worker start per node,
+    not per process: at thousands of ranks the starts, not py-spy, were the cost); the task
+    returns each pid's threads, or the reason py-spy gave."""
     strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-    return _dump_on_node.options(scheduling_strategy=strategy).remote(pid)
+    return _dump_on_node.options(scheduling_strategy=strategy).remote(pids)
