@@ -1,0 +1,46 @@
+"""A command's reply crosses the relay and the hub as bytes, unpickled only by its reader."""
+
+from __future__ import annotations
+
+import pickle
+
+import ray.cloudpickle
+
+from rankscope.runtime.protocol import CommandResult
+
+UNPICKLED: list[str] = []
+
+
+class Payload:
+    """Counts how often it is unpickled."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        UNPICKLED.append(state["name"])
+        self.__dict__.update(state)
+
+
+def test_the_relay_and_the_hub_pass_a_payload_on_without_unpickling_it():
+    UNPICKLED.clear()
+    sent = CommandResult("p0", True, Payload("stacks"))
+    at_relay = ray.cloudpickle.loads(ray.cloudpickle.dumps(sent))  # as Ray pickles arguments
+    at_hub = ray.cloudpickle.loads(ray.cloudpickle.dumps(at_relay))
+    at_cli = ray.cloudpickle.loads(ray.cloudpickle.dumps(at_hub))
+    assert UNPICKLED == []
+    assert (at_cli.probe_id, at_cli.ok, at_cli.payload.name) == ("p0", True, "stacks")
+    assert UNPICKLED == ["stacks"]
+    assert at_cli.payload is at_cli.payload  # once
+
+
+def test_a_payload_plain_pickle_refuses_still_crosses_as_ray_pickles_it():
+    sent = CommandResult("p1", True, lambda: 42)
+    assert ray.cloudpickle.loads(ray.cloudpickle.dumps(sent)).payload() == 42
+
+
+def test_results_compare_by_what_they_say():
+    failed = CommandResult("p2", False, error="unknown command x")
+    assert pickle.loads(pickle.dumps(failed)) == failed
+    assert failed != CommandResult("p2", False, error="another")
+    assert "unknown command x" in repr(failed)
