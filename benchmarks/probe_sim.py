@@ -332,9 +332,13 @@ class _SimHub:
         batch took), one per batch: where a command's round trip goes."""
 
     async def poll_batch(
-        self, relay_id: str, entries: list[tuple[str, PollRequest]], wait_s: float
+        self,
+        relay_id: str,
+        entries: list[tuple[str, PollRequest]],
+        wait_s: float,
+        results: list[tuple[CommandResult, str]],
     ) -> BatchReply:
-        reply: BatchReply = await self.hub.poll_batch.remote(relay_id, entries, wait_s)
+        reply: BatchReply = await self.hub.poll_batch.remote(relay_id, entries, wait_s, results)
         if any(commands for _, commands in reply.replies.values()):
             self.delays.append((round(time.time() - reply.hub_replied, 4), -1.0))
         return reply

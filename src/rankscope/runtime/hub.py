@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import ray
@@ -119,13 +120,20 @@ class Hub:
         )
 
     async def poll_batch(
-        self, relay_id: str, entries: list[tuple[str, PollRequest]], wait_s: float
+        self,
+        relay_id: str,
+        entries: list[tuple[str, PollRequest]],
+        wait_s: float,
+        results: Sequence[tuple[CommandResult, str]] = (),
     ) -> BatchReply:
-        """A node relay's poll (`runtime.relay`): every probe's heartbeat in it taken as
-        `poll` takes one, then one long poll for all of the relay's probes; returns the
-        commands by probe id (and the probes this hub does not know)."""
+        """A node relay's poll (`runtime.relay`): the replies it carries taken as `reply_batch`
+        takes them, every probe's heartbeat in it as `poll` takes one, then one long poll for
+        all of the relay's probes; returns the commands by probe id (and the probes this hub
+        does not know)."""
         received = time.time()
         self._ensure_background()
+        for result, command_id in results:
+            self._replies.resolve(command_id, result)
         replies: dict[str, tuple[bool, tuple[Command, ...]]] = {}
         stop: dict[str, str] = {}
         known = []

@@ -5,7 +5,9 @@ costs the hub about what a bare actor call costs (`capacity`): at 4,096 ranks a 
 alone is ~12,000 hub calls (the poll that returns the command, the reply, the next poll). With
 relays, a node's probes long-poll a relay on their own node instead; the relay sends the hub
 one batched poll with its probes' heartbeats (`Hub.poll_batch`), hands each probe the commands
-the hub returns for it, and sends their replies back in one batched call (`Hub.reply_batch`).
+the hub returns for it, and sends their replies back with its next batched poll, the one that
+waits for the next commands (or in a call of their own, `Hub.reply_batch`, when they come while
+a batch waits at the hub).
 The hub then takes ~3 calls per node per fan-out (512 nodes of 8 for 4,096 ranks), and its
 registry, liveness, events, groups and deadlines stay per probe, exactly as with direct polls.
 
@@ -56,7 +58,11 @@ class RelayHub(Protocol):
     """The two hub calls a relay makes (the actor awaits the hub handle's methods)."""
 
     async def poll_batch(
-        self, relay_id: str, entries: list[tuple[str, PollRequest]], wait_s: float
+        self,
+        relay_id: str,
+        entries: list[tuple[str, PollRequest]],
+        wait_s: float,
+        results: list[tuple[CommandResult, str]],
     ) -> BatchReply: ...
 
     async def reply_batch(self, results: list[tuple[CommandResult, str]]) -> None: ...
@@ -107,6 +113,8 @@ class RelayCore:
         self._flusher: asyncio.Future[None] | None = None
         self.wait_s = 1.0
         """The probes' interval (their long-poll wait), as the hub last asked."""
+        self._batch_out = False
+        """A batched poll waits at the hub: replies then go in a call of their own."""
         self.batches = self.reply_batches = self.failures = 0
 
     async def poll(self, request: PollRequest, wait_s: float) -> PollReply:
@@ -141,7 +149,9 @@ class RelayCore:
         self._replies.append((result, command_id))
         self._expected.pop(command_id, None)
         self._answered.set()
-        if self._flusher is None or self._flusher.done():
+        if not self._batch_out:  # the next batched poll carries it, and waits for commands
+            self._wake.set()
+        elif self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush())
 
     @property
@@ -157,18 +167,24 @@ class RelayCore:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._replies:
+                await self._answers_in()
             entries = self._take_pending()
-            if not entries:
+            results, self._replies = self._replies, []
+            if not entries and not results:
                 continue
+            self._batch_out = True
             try:
                 reply = await self._hub.poll_batch(
-                    self.relay_id, entries, self.wait_s * BATCH_WAIT_SHARE
+                    self.relay_id, entries, self.wait_s * BATCH_WAIT_SHARE, results
                 )
             except Exception as exc:  # the hub is away: its probes poll it directly
                 self.failures += 1
                 self._fail_flying(entries, exc)
                 await asyncio.sleep(1.0)
                 continue
+            finally:
+                self._batch_out = False
             self.batches += 1
             self.deliver(entries, reply)
 
@@ -256,18 +272,25 @@ class RelayCore:
             if flying is not None and flying is slot.waiter and not flying.done():
                 flying.set_exception(exc)
 
+    async def _answers_in(self) -> None:
+        """Wait until every command handed out is answered, or for the linger at most."""
+        deadline = time.monotonic() + self._linger_s
+        while self._expected and time.monotonic() < deadline:
+            self._answered.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._answered.wait(), deadline - time.monotonic())
+        stale = time.time() - 10 * self._linger_s - 10.0
+        self._expected = {c: t for c, t in self._expected.items() if t > stale}
+
     async def _flush(self) -> None:
-        """Send the replies in: once every command handed out is answered, or after the
-        linger; a reply that comes while one batch is out goes with the next."""
+        """Send in the replies that came while a batched poll waits at the hub: once every
+        command handed out is answered, or after the linger (unless a batched poll took them
+        meanwhile); a reply that comes while this call is out goes with the next."""
         while self._replies:
-            deadline = time.monotonic() + self._linger_s
-            while self._expected and time.monotonic() < deadline:
-                self._answered.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._answered.wait(), deadline - time.monotonic())
-            stale = time.time() - 10 * self._linger_s - 10.0
-            self._expected = {c: t for c, t in self._expected.items() if t > stale}
+            await self._answers_in()
             batch, self._replies = self._replies, []
+            if not batch:
+                break
             try:
                 await self._hub.reply_batch(batch)
                 self.reply_batches += 1

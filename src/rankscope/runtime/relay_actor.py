@@ -51,10 +51,16 @@ class _HubHandle:
         return self._handle
 
     async def poll_batch(
-        self, relay_id: str, entries: list[tuple[str, PollRequest]], wait_s: float
+        self,
+        relay_id: str,
+        entries: list[tuple[str, PollRequest]],
+        wait_s: float,
+        results: list[tuple[CommandResult, str]],
     ) -> BatchReply:
         try:
-            reply: BatchReply = await self._hub().poll_batch.remote(relay_id, entries, wait_s)
+            reply: BatchReply = await self._hub().poll_batch.remote(
+                relay_id, entries, wait_s, results
+            )
         except Exception:
             self._handle = None
             raise
