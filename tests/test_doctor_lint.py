@@ -281,7 +281,9 @@ def test_bad_overrides_are_one_line_and_exit_2(tmp_path, model_dir, args, messag
 def test_unreadable_yaml_is_one_line_and_exit_2(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("data:\n  train_batch_size: [1, 2\n")
-    for path in (str(bad), str(tmp_path / "missing.yaml")):
+    binary = tmp_path / "model.bin"  # a checkpoint given for the config (found by the fuzz test)
+    binary.write_bytes(b"\x80\x02}q\x00.")
+    for path in (str(bad), str(tmp_path / "missing.yaml"), str(binary)):
         result = CliRunner().invoke(cli.app, ["doctor", "--config", path])
         assert result.exit_code == 2, result.output
         assert len(result.output.strip().splitlines()) == 1

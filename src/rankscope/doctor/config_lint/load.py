@@ -60,6 +60,8 @@ def load_config(path: str, overrides: list[str]) -> dict[str, Any]:
         text = pathlib.Path(path).read_text()
     except OSError as exc:
         raise UserError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--config {path}: not a text file (a YAML trainer config)") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

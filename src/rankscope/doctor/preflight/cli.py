@@ -56,6 +56,8 @@ def load_runtime_env(path: str) -> dict[str, Any]:
         text = pathlib.Path(path).read_text()
     except OSError as exc:
         raise UserError(f"--runtime-env {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--runtime-env {path}: not a text file (YAML or JSON)") from None
     try:
         data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
