@@ -2,9 +2,11 @@
 
 Probes long-poll the hub, so a command cannot be pushed to a probe: it waits in that probe's
 mailbox until the next poll takes it. Each mailbox is bounded, so a probe that stopped polling
-cannot grow the hub without limit: the oldest command goes, and is counted. A fan-out waits on
-one future per command it posted; the probe's reply resolves it, and a reply that comes after
-the deadline finds nothing left to resolve and is ignored.
+cannot grow the hub without limit: the oldest command goes, and is counted. A fan-out posts one
+command (one id, one object) to every probe it asks and waits on one future per probe; the
+probe's reply resolves it, and a reply that comes after the deadline finds nothing left to
+resolve and is ignored. One object, not one per probe: a relay's batched poll then carries it
+once for the node (pickle keeps one copy), and the hub draws no random id per probe.
 
 No Ray here: the actor owns the event loop and the remote methods; these are the data it keeps,
 readable (and testable) without a cluster.
@@ -16,7 +18,7 @@ import asyncio
 import collections
 import contextlib
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,14 +66,14 @@ class Mailbox:
 
 
 class PendingReplies:
-    """The futures of commands posted and not yet answered, keyed by command id."""
+    """The futures of commands posted and not yet answered, keyed by (command id, probe id)."""
 
     def __init__(self) -> None:
-        self._futures: dict[str, asyncio.Future[CommandResult]] = {}
+        self._futures: dict[tuple[str, str], asyncio.Future[CommandResult]] = {}
 
     def resolve(self, command_id: str, result: CommandResult) -> None:
         """A probe's answer; ignored when nobody waits for it any more (past the deadline)."""
-        future = self._futures.get(command_id)
+        future = self._futures.get((command_id, result.probe_id))
         if future is not None and not future.done():
             future.set_result(result)
 
@@ -88,20 +90,15 @@ class PendingReplies:
         them did not answer in time. Nothing is kept once this returns.
         """
         futures: dict[str, asyncio.Future[CommandResult]] = {}
-        command_ids: list[str] = []
         loop = asyncio.get_running_loop()
+        command = Command(id=uuid.uuid4().hex, kind=kind, args=dict(args or {}))
         for probe_id, mailbox in targets:
-            command = Command(id=uuid.uuid4().hex, kind=kind, args=dict(args or {}))
             mailbox.post(command)
-            command_ids.append(command.id)
-            futures[probe_id] = self._futures[command.id] = loop.create_future()
+            futures[probe_id] = self._futures[command.id, probe_id] = loop.create_future()
         try:
             if futures:
                 await asyncio.wait(futures.values(), timeout=deadline)
         finally:
-            self._forget(command_ids)
+            for probe_id in futures:
+                self._futures.pop((command.id, probe_id), None)
         return {probe_id: f.result() for probe_id, f in futures.items() if f.done()}
-
-    def _forget(self, command_ids: Iterable[str]) -> None:
-        for command_id in command_ids:
-            self._futures.pop(command_id, None)

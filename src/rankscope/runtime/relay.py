@@ -106,8 +106,8 @@ class RelayCore:
         self._slots: dict[str, _Slot] = {}
         self._wake = asyncio.Event()
         self._replies: list[tuple[CommandResult, str]] = []
-        self._expected: dict[str, float] = {}
-        """Command ids handed to probes and not answered yet, with when they were handed."""
+        self._expected: dict[tuple[str, str], float] = {}
+        """(command id, probe id) handed and not answered yet, with when they were handed."""
         self._answered = asyncio.Event()
         self._runner: asyncio.Future[None] | None = None
         self._flusher: asyncio.Future[None] | None = None
@@ -147,7 +147,7 @@ class RelayCore:
     def reply(self, result: CommandResult, command_id: str) -> None:
         """A probe's answer; sent with the node's other answers in one hub call."""
         self._replies.append((result, command_id))
-        self._expected.pop(command_id, None)
+        self._expected.pop((command_id, result.probe_id), None)
         self._answered.set()
         if not self._batch_out:  # the next batched poll carries it, and waits for commands
             self._wake.set()
@@ -220,17 +220,17 @@ class RelayCore:
                     self._answer_later(slot.waiter, answer, due)  # one heartbeat an interval
                 else:
                     slot.waiter.set_result(answer)
-                self._handed(commands, now)
+                self._handed(probe_id, commands, now)
             elif not known:
                 slot.held.clear()
             else:
-                self._give(slot, commands, now)
+                self._give(probe_id, slot, commands, now)
         carried = {probe_id for probe_id, _ in entries}
         for probe_id, (known, commands) in reply.replies.items():
             slot = self._slots.get(probe_id)
             if probe_id in carried or slot is None or not known:
                 continue
-            self._give(slot, commands, now)
+            self._give(probe_id, slot, commands, now)
 
     def _answer_later(
         self, waiter: asyncio.Future[PollReply], answer: PollReply, due: float
@@ -250,18 +250,18 @@ class RelayCore:
 
         asyncio.get_running_loop().call_later(due, answer_now)
 
-    def _give(self, slot: _Slot, commands: tuple[Command, ...], now: float) -> None:
+    def _give(self, probe_id: str, slot: _Slot, commands: tuple[Command, ...], now: float) -> None:
         if not commands:
             return
         if slot.waiter is not None and not slot.waiter.done():
             slot.waiter.set_result(PollReply(True, commands, interval=self.wait_s, relay=True))
         else:
             slot.held = [*slot.held, *commands][-HELD_COMMANDS:]
-        self._handed(commands, now)
+        self._handed(probe_id, commands, now)
 
-    def _handed(self, commands: tuple[Command, ...], now: float) -> None:
+    def _handed(self, probe_id: str, commands: tuple[Command, ...], now: float) -> None:
         for command in commands:
-            self._expected[command.id] = now
+            self._expected[command.id, probe_id] = now
 
     def _fail_flying(self, entries: list[tuple[str, PollRequest]], exc: Exception) -> None:
         for probe_id, _ in entries:
