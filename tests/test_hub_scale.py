@@ -4,6 +4,7 @@ many probes would take more than half a core, and waits longer for them before a
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 
 from rankscope.config import Config
@@ -19,6 +20,7 @@ from rankscope.runtime.capacity import (
     dead_after_for,
     heartbeat_interval,
 )
+from rankscope.runtime.hub import Hub
 from rankscope.runtime.protocol import PollRequest, ProbeInfo, Progress
 from rankscope.runtime.registry import MAX_GROUPS, Registry
 
@@ -157,3 +159,23 @@ def test_a_registry_read_carries_only_the_summaries_asked_for_and_the_dead_keep_
     }
     assert registry.find("job-p1").status().summaries == said  # type: ignore[union-attr]
     assert rows["job-p0"].progress.step == 5  # the row itself is whole
+
+
+def test_hang_reads_the_heartbeat_evidence_of_the_silent_ranks_only(tmp_path):
+    """`hang` reads the registry without summaries, then the last heartbeat's evidence of the
+    ranks that did not answer: the hub's read of those rows alone."""
+
+    async def main() -> None:
+        hub = Hub(Config(run_dir=str(tmp_path), heartbeat_interval=0.2, dead_after=60.0))
+        said = {"collectives": "16 records", "where": "train.py:88", "monitor": {"step_s": 0.1}}
+        for rank in range(4):
+            await hub.register(_info(rank), Progress(0, T0))
+            await hub.last_words(PollRequest(f"job-p{rank}", Progress(5, T0), (), 0, said))
+        rows = await hub.list_probes("job", ["collectives", "where"], ["job-p1", "job-p3"])
+        assert {r.info.probe_id: r.summaries for r in rows} == {
+            "job-p1": {"collectives": "16 records", "where": "train.py:88"},
+            "job-p3": {"collectives": "16 records", "where": "train.py:88"},
+        }
+        assert all(r.summaries == {} for r in await hub.list_probes("job", []))
+
+    asyncio.run(main())

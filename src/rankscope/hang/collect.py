@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Collection
 
 from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
 from rankscope.hang.death import find_deaths
@@ -45,6 +46,7 @@ def hang_report(
     snapshots: dict[str, RecorderSnapshot] = {}
     if asked is not None:
         snapshots = {r.probe_id: r.payload for r in asked().replies if r.ok}
+    refreshed = _with_last_summaries(client, job_id, ranked, answered=snapshots)
     where: dict[str, str] = {}
     children: dict[str, list[str]] = {}
     for s in stacks:
@@ -65,8 +67,9 @@ def hang_report(
     deaths = find_deaths(dead) if dead else {}
     known = client.groups(job_id) if ranked else {}  # summaries carry no rank lists
     evidence = []
-    for p in ranked:
-        pid = p.info.probe_id
+    for row in ranked:
+        pid = row.info.probe_id
+        p = refreshed.get(pid, row)
         snapshot = snapshots.get(pid) or p.summaries.get("collectives")
         if not isinstance(snapshot, RecorderSnapshot):
             snapshot = RecorderSnapshot((), {}, 0, False)
@@ -117,13 +120,36 @@ def _newest_per_rank(probes: list[ProbeStatus]) -> list[ProbeStatus]:
     return sorted(best.values(), key=lambda p: p.context.rank or 0)
 
 
+HEARTBEAT_EVIDENCE = ["collectives", "where"]
+"""The heartbeat summaries that stand in for a live rank that did not answer."""
+
+
+def _with_last_summaries(
+    client: HubClient, job_id: str, ranked: list[ProbeStatus], answered: Collection[str]
+) -> dict[str, ProbeStatus]:
+    """The rows of the live ranks that did not answer, with their last heartbeat's evidence,
+    when the caller read the registry without it (`hang_reports` reads no summaries: at 4,096
+    ranks they are megabytes through the hub, and the answers make them moot)."""
+    silent = [
+        p.info.probe_id
+        for p in ranked
+        if p.state != ProbeState.DEAD
+        and p.info.probe_id not in answered
+        and not all(k in p.summaries for k in HEARTBEAT_EVIDENCE)
+    ]
+    if not silent:
+        return {}
+    rows = client.probes(job_id, summaries=HEARTBEAT_EVIDENCE, probe_ids=silent)
+    return {p.info.probe_id: p for p in rows}
+
+
 def hang_reports(
     address: str | None, job: str | None, min_wait_s: float, group: str | None = None
 ) -> list[HangReport]:
     """`rankscope hang`: one report per selected job, or per group when a job has several."""
     client = HubClient.attach(address)
     reports = []
-    for job_id, probes in client.jobs(job).items():
+    for job_id, probes in client.jobs(job, summaries=[]).items():
         groups = by_group(filter_group(probes, group))
         for name, members in groups.items():
             label = name if len(groups) > 1 or group is not None else None

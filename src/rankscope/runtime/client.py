@@ -151,10 +151,14 @@ class HubClient:
         return jobs
 
     def probes(
-        self, job_id: str | None = None, summaries: list[str] | None = None
+        self,
+        job_id: str | None = None,
+        summaries: list[str] | None = None,
+        probe_ids: list[str] | None = None,
     ) -> list[ProbeStatus]:
-        """The registry's rows; live probes with only the `summaries` named (all when None)."""
-        return self._get(self.handle.list_probes.remote(job_id, summaries))
+        """The registry's rows (of `probe_ids` only, when given); live probes with only the
+        `summaries` named (all when None)."""
+        return self._get(self.handle.list_probes.remote(job_id, summaries, probe_ids))
 
     def groups(self, job_id: str) -> dict[str, dict[str, tuple[int, ...]]]:
         """The job's process groups as its probes sent them, by worker group ("" when none):

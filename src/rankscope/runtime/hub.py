@@ -244,11 +244,19 @@ class Hub:
         return await asyncio.to_thread(read_reports, self._run_dir, job_id)
 
     async def list_probes(
-        self, job_id: str | None = None, summaries: list[str] | None = None
+        self,
+        job_id: str | None = None,
+        summaries: list[str] | None = None,
+        probe_ids: list[str] | None = None,
     ) -> list[ProbeStatus]:
-        """The registry's rows; a live probe's with only the `summaries` named (all when None):
-        at 4,096 ranks every summary is megabytes a reader that shows none need not get."""
-        return [r.status(summaries) for r in self._registry.records(job_id)]
+        """The registry's rows (of `probe_ids` only, when given); a live probe's with only the
+        `summaries` named (all when None): at 4,096 ranks every summary is megabytes a reader
+        that shows none need not get, and pickling them seconds of the hub's CPU."""
+        records = self._registry.records(job_id)
+        if probe_ids is not None:
+            wanted = set(probe_ids)
+            records = [r for r in records if r.info.probe_id in wanted]
+        return [r.status(summaries) for r in records]
 
     async def groups(self, job_id: str) -> dict[str, dict[str, tuple[int, ...]]]:
         """The job's process groups by worker group: name -> ranks (`PollRequest.groups`)."""

@@ -164,7 +164,7 @@ def stack_reports(
     wanted = parse_rank_spec(ranks) if ranks is not None else None  # bad spec: fail before Ray
     client = client or HubClient.attach(address)
     reports = []
-    jobs = client.jobs(job)
+    jobs = client.jobs(job, summaries=[])  # stacks read none: not megabytes at 4,096 ranks
     for job_id, probes in jobs.items():
         chosen = filter_ranks(filter_group(probes, group), wanted)
         if not chosen:
@@ -177,7 +177,8 @@ def stack_reports(
         report = group_stacks(job_id, first)
         if report.findings:
             time.sleep(confirm_after_s)
-            now = {p.info.probe_id: p for p in client.probes(job_id)}  # progress meanwhile
+            # their progress meanwhile
+            now = {p.info.probe_id: p for p in client.probes(job_id, summaries=[])}
             chosen = [now.get(p.info.probe_id, p) for p in chosen]
             # the ranks again; their child processes as the first look saw them (a fan-out
             # fewer: at thousands of ranks each one costs the hub seconds)
