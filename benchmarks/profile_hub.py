@@ -1,0 +1,72 @@
+"""Where the hub's CPU goes during a command, at N simulated ranks (issue 20).
+
+Starts a local Ray cluster, a fresh hub and N simulated probes (probe_sim.py, relays on past
+256 probes, as `bench_scale.py` does), then runs each command in --cmd once through the CLI's
+typer app while py-spy samples the hub; prints each command's wall time and the hub's CPU
+time, and writes py-spy's collapsed stacks (`--format raw`) to --out for reading with any
+flamegraph tool.
+
+Run: .venv/bin/python benchmarks/profile_hub.py --n 4096 --cmd stacks,hang --out hub.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="rs-prof-", dir="/tmp"))
+os.environ.setdefault("RANKSCOPE_RELAY_ABOVE", "256")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_scale
+from rankscope.stacks.pyspy import pyspy_executable
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2048, help="simulated probes")
+    parser.add_argument("--cmd", default="stacks,hang", help="comma-separated CLI commands")
+    parser.add_argument("--per-sim", type=int, default=1024, help="probes per simulator")
+    parser.add_argument("--out", default="hub-profile.txt", help="py-spy's collapsed stacks")
+    args = parser.parse_args()
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    address = ray.get_runtime_context().gcs_address
+    bench_scale._fresh_hub(ray)
+    hub = bench_scale._hub_process()
+    sims = bench_scale._start_sims(address, "sim", args.n, args.per_sim, tempfile.mkdtemp(), 64)
+    try:
+        print(f"{args.n} probes registered in {bench_scale._wait_registered(sims):.1f}s")
+        time.sleep(5.0)
+        spy = subprocess.Popen(
+            [pyspy_executable() or "py-spy", "record", "-p", str(hub.pid), "-r", "50",
+             "-f", "raw", "-o", args.out, "--nonblocking"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(1.0)
+        for command in args.cmd.split(","):
+            before = bench_scale._cpu(hub)
+            took, code, _ = bench_scale._run_cli([command, "--job", "sim"])
+            used = bench_scale._cpu(hub) - before
+            print(f"{command}: {took:.2f}s, exit {code}, hub CPU {used:.2f}s")
+        spy.send_signal(2)
+        spy.wait(30)
+        print(f"py-spy's samples of the hub: {args.out}")
+    finally:
+        for sim in sims:
+            sim.terminate()
+        for sim in sims:
+            sim.wait(60)
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
