@@ -15,7 +15,15 @@ from rankscope.context import RankContext
 from rankscope.errors import BadRankSpec
 from rankscope.ranks import format_ranks, parse_rank_spec
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
-from rankscope.stacks.analysis import confirmed, group_stacks, summarize
+from rankscope.stacks.analysis import (
+    CONFIRM_SAMPLE,
+    StackReport,
+    confirm_sample,
+    confirmed,
+    confirmed_by_sample,
+    group_stacks,
+    summarize,
+)
 from rankscope.stacks.model import Frame, ProcessStacks, ThreadStack
 from rankscope.stacks.render import render_stacks
 
@@ -204,6 +212,39 @@ def test_a_second_look_keeps_a_finding_only_when_nothing_moved():
     stepped = group_stacks("j", _eight_ranks_rank_3_elsewhere(step=4), now=NOW + 1)
     stalled = group_stacks("j", _eight_ranks_rank_3_elsewhere(), now=NOW)
     assert stalled.findings and confirmed(stalled, stepped).findings == ()
+
+
+def _thousand_ranks(*, moved: int | None = None, step: int = 3) -> list[ProcessStacks]:
+    """Ranks 0-999 stalled in all_reduce but ranks 500 and 900 in the data loader; `moved`:
+    that rank got on with its step (in all_reduce's caller)."""
+    out = []
+    for rank in range(1000):
+        frames = LOAD_BATCH if rank in (500, 900) else ALL_REDUCE
+        if rank == moved:
+            frames = ALL_REDUCE[2:]
+        out.append(_process(rank, frames, stepped_ago=60.0, step=step))
+    return out
+
+
+def test_a_sampled_second_look_confirms_a_large_group_with_a_sample_of_its_ranks():
+    first = group_stacks("j", _thousand_ranks(), now=NOW)
+    [finding] = first.findings
+    assert finding.elsewhere == (500, 900)
+    sample = confirm_sample(first)
+    assert {(GROUP, 500), (GROUP, 900)} <= sample
+    assert len(sample) <= 2 + CONFIRM_SAMPLE
+
+    def again(processes: list[ProcessStacks]) -> StackReport:
+        looked = [p for p in processes if (p.status.context.group, p.status.context.rank) in sample]
+        return group_stacks("j", looked, now=NOW + 1)
+
+    assert confirmed_by_sample(first, again(_thousand_ranks())).findings == first.findings
+    assert confirmed_by_sample(first, again(_thousand_ranks(moved=500))).findings == ()
+    sampled_waiter = min(rank for _, rank in sample)
+    moved = again(_thousand_ranks(moved=sampled_waiter))
+    assert confirmed_by_sample(first, moved).findings == ()
+    assert confirmed_by_sample(first, again(_thousand_ranks(step=4))).findings == ()
+    assert confirmed_by_sample(first, group_stacks("j", [], now=NOW + 1)).findings == ()
 
 
 def test_the_finding_and_its_ranks_are_in_the_json():

@@ -245,6 +245,52 @@ def confirmed(first: StackReport, again: StackReport) -> StackReport:
     return replace(again, findings=kept)
 
 
+CONFIRM_SAMPLE = 64
+"""Ranks a sampled second look takes of each side of a finding (`confirm_sample`)."""
+
+
+def confirm_sample(report: StackReport) -> set[tuple[str | None, int]]:
+    """The ranks, as (group, rank), a second look needs to confirm `report`'s findings when
+    there are too many to look at all again: for each finding, its ranks elsewhere and ranks
+    spread evenly over those waiting, CONFIRM_SAMPLE of each at most. A group stuck at 4,096
+    ranks is stuck in every sample of it; a wait that is normal progress moves on in the
+    sample too."""
+    wanted: set[tuple[str | None, int]] = set()
+    for f in report.findings:
+        for ranks in (f.elsewhere, f.waiting):
+            stride = max(1, -(-len(ranks) // CONFIRM_SAMPLE))  # ceil: at most CONFIRM_SAMPLE
+            wanted.update((f.group, r) for r in ranks[::stride])
+    return wanted
+
+
+def confirmed_by_sample(first: StackReport, again: StackReport) -> StackReport:
+    """The first look, with only the findings that `again` (a look at `confirm_sample`'s
+    processes) saw unchanged: every sampled rank of the finding in the same stack as before
+    and at the same step."""
+
+    def places(report: StackReport) -> dict[tuple[str | None, int], tuple[object, int]]:
+        return {
+            (m.group, m.rank): (g.frames, m.step)
+            for g in report.groups
+            for m in g.members
+            if m.active and m.rank is not None
+        }
+
+    before, after = places(first), places(again)
+    kept = tuple(
+        f
+        for f in first.findings
+        if any((f.group, r) in after for r in f.waiting)
+        and (not f.elsewhere or any((f.group, r) in after for r in f.elsewhere))
+        and all(
+            after[f.group, r] == before.get((f.group, r))
+            for r in (*f.waiting, *f.elsewhere)
+            if (f.group, r) in after
+        )
+    )
+    return replace(first, findings=kept)
+
+
 def summarize(report: StackReport) -> str | None:
     """The report's findings in one sentence; None when no ranks are stuck.
 

@@ -17,7 +17,13 @@ from rankscope.ranks import parse_rank_spec
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import FanOutResult, ProbeState, ProbeStatus
 from rankscope.runtime.selection import filter_group, filter_ranks
-from rankscope.stacks.analysis import StackReport, confirmed, group_stacks
+from rankscope.stacks.analysis import (
+    StackReport,
+    confirm_sample,
+    confirmed,
+    confirmed_by_sample,
+    group_stacks,
+)
 from rankscope.stacks.model import ChildProcess, ProcessStacks
 from rankscope.stacks.pyspy import PARALLEL_DUMPS, PYSPY_TIMEOUT_S, dump_on_node
 
@@ -25,6 +31,10 @@ DEFAULT_DEADLINE_S = 2.0
 CONFIRM_AFTER_S = 1.0
 """When the first look finds ranks stuck, look again this much later: a wait that is part of
 normal progress has moved on by then, a stuck group has not."""
+CONFIRM_ALL_UPTO = 256
+"""Up to this many processes the second look takes them all again; past it, a sample of each
+finding's ranks (`analysis.confirm_sample`): at 4,096 ranks a second whole look cost as much
+hub time as the first."""
 TASK_START_ALLOWANCE_S = 20.0
 """A py-spy task may first need a new Ray worker process on a busy node (seconds each)."""
 
@@ -177,14 +187,19 @@ def stack_reports(
         report = group_stacks(job_id, first)
         if report.findings:
             time.sleep(confirm_after_s)
-            # their progress meanwhile
-            now = {p.info.probe_id: p for p in client.probes(job_id, summaries=[])}
+            sampled = len(chosen) > CONFIRM_ALL_UPTO
+            if sampled:  # a sample of each finding's ranks again
+                sample = confirm_sample(report)
+                chosen = [p for p in chosen if (p.context.group, p.context.rank) in sample]
+            ids = [p.info.probe_id for p in chosen]  # their progress meanwhile
+            now = {p.info.probe_id: p for p in client.probes(job_id, [], probe_ids=ids)}
             chosen = [now.get(p.info.probe_id, p) for p in chosen]
-            # the ranks again; their child processes as the first look saw them (a fan-out
-            # fewer: at thousands of ranks each one costs the hub seconds)
-            children = [s for s in first if s.parent is not None]
             again = collect_stacks(client, chosen, deadline_s=deadline_s, children=False)
-            report = confirmed(report, group_stacks(job_id, again + children))
+            if sampled:
+                report = confirmed_by_sample(report, group_stacks(job_id, again))
+            else:  # their child processes as the first look saw them (a fan-out fewer)
+                children = [s for s in first if s.parent is not None]
+                report = confirmed(report, group_stacks(job_id, again + children))
         reports.append(report)
     if wanted is not None and not reports:
         raise UserError(f"--ranks {ranks}: no registered process of any live job has those ranks")
