@@ -265,8 +265,8 @@ def confirm_sample(report: StackReport) -> set[tuple[str | None, int]]:
 
 def confirmed_by_sample(first: StackReport, again: StackReport) -> StackReport:
     """The first look, with only the findings that `again` (a look at `confirm_sample`'s
-    processes) saw unchanged: every sampled rank of the finding in the same stack as before
-    and at the same step."""
+    ranks) saw unchanged: every sampled rank of the finding that answered in the same stack
+    as before and at the same step, and at least one rank of each side answered."""
 
     def places(report: StackReport) -> dict[tuple[str | None, int], tuple[object, int]]:
         return {
