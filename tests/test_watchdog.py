@@ -6,6 +6,7 @@ rank running a task or user code (in any thread) without `rankscope.step()` is r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -13,6 +14,7 @@ import pytest
 import ray
 
 from helpers import probes_by_pid, wait_registered
+from rankscope.context import get_context
 from rankscope.hang.activity import find_work
 from rankscope.hang.model import CallState, CollectiveRecord
 from rankscope.hang.watchdog import check_interval, report_claim
@@ -122,13 +124,17 @@ def test_rank_idle_between_calls_is_not_reported(rank):
 
 
 def test_method_running_user_code_without_a_step_is_reported(rank, tmp_path):
-    """Also while another group of the job holds its report's claim for a long timeout (a rank
-    left in a collective at the default 300 s, as a verl job's other worker group can be)."""
+    """Also while another group of the job, and another rank with no group, hold their
+    reports' claims for a long timeout (a rank left in a collective at the default 300 s, as a
+    verl job's other worker group can be, or another test's rank)."""
     actor, probe_id = rank
     hub = find_hub()
     assert hub is not None
     job_id = ray.get_runtime_context().get_job_id()
-    assert ray.get(hub.claim.remote(job_id, report_claim("another-group"), 600.0))
+    here = get_context()  # a process of the job with no group, as the rank under test
+    assert here.group is None
+    for other in (dataclasses.replace(here, group="another-group"), here):
+        assert ray.get(hub.claim.remote(job_id, report_claim(other), 600.0))
     release = tmp_path / "release"
     stalled = actor.wait_for.remote(str(release))  # wait_for_data: time.sleep in user code
 

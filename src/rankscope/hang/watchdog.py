@@ -26,6 +26,7 @@ import threading
 import time
 
 from rankscope import level
+from rankscope.context import RankContext
 from rankscope.hang.activity import find_work
 from rankscope.hang.recorder import collective_recorder, record_when_imported
 from rankscope.runtime.probe import Probe, progress, register_startup
@@ -128,7 +129,7 @@ class Watchdog:
 
         hub = find_hub()
         context = get_context()
-        job_id, key = context.job_id, report_claim(context.group)
+        job_id, key = context.job_id, report_claim(context)
         if hub is None or not ray.get(hub.claim.remote(job_id, key, self.timeout), timeout=30):
             return None  # another rank of the group is writing it
         client = HubClient(hub)
@@ -146,11 +147,15 @@ class Watchdog:
         return path
 
 
-def report_claim(group: str | None) -> str:
+def report_claim(context: RankContext) -> str:
     """The hub's claim a watchdog takes before it writes a report: one report per group per
     `hang_timeout`, not one per rank. Per group, not per job: verl runs several worker groups
-    in one job, and a group hung for a long timeout must not silence another's report."""
-    return f"hang:{group or ''}"
+    in one job, and a group hung for a long timeout must not silence another's report. A rank
+    whose group is unknown (an explicit rank, no rendezvous) reports for its own process: the
+    ranks of the job that share no group must not share one claim either."""
+    if context.group:
+        return f"hang:{context.group}"
+    return f"hang:process:{context.node_id}:{context.pid}"
 
 
 def check_interval(hang_timeout: float) -> float:
