@@ -133,8 +133,9 @@ class Watchdog:
         if hub is None or not ray.get(hub.claim.remote(job_id, key, self.timeout), timeout=30):
             return None  # another rank of the group is writing it
         client = HubClient(hub)
+        group = [p for p in client.probes(job_id, []) if p.context.group == context.group]
         report = hang_report(
-            client, job_id, client.probes(job_id), min_wait_s=min(self.timeout, 5.0)
+            client, job_id, group, min_wait_s=min(self.timeout, 5.0), group=context.group
         )
         name = f"hang-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
         text = json.dumps({"reason": reason, "report": plain(report)}, indent=2, default=str)
