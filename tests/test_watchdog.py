@@ -24,6 +24,8 @@ from rankscope.stacks.model import Frame, ThreadStack
 from workers import GlooRank, wait_until
 
 HANG_TIMEOUT = 1.5
+PID_MAX_LIMIT = 4_194_304
+"""Linux's highest pid: adding it names a process that cannot exist."""
 
 # ------------------------------------------------------------------ find_work, synthetic stacks
 SITE = "/venv/lib/python3.11/site-packages"
@@ -133,7 +135,9 @@ def test_method_running_user_code_without_a_step_is_reported(rank, tmp_path):
     job_id = ray.get_runtime_context().get_job_id()
     here = get_context()  # a process of the job with no group, as the rank under test
     assert here.group is None
-    for other in (dataclasses.replace(here, group="another-group"), here):
+    # another process with no group: not this one, whose claim another test may hold already
+    elsewhere = dataclasses.replace(here, pid=here.pid + PID_MAX_LIMIT)
+    for other in (dataclasses.replace(here, group="another-group"), elsewhere):
         assert ray.get(hub.claim.remote(job_id, report_claim(other), 600.0))
     release = tmp_path / "release"
     stalled = actor.wait_for.remote(str(release))  # wait_for_data: time.sleep in user code

@@ -41,7 +41,9 @@ BATCH_WAIT_SHARE = 0.5
 while a batch is out waits for it and its own batch, together within one interval. A probe whose
 batch came back early is answered when its interval is up (`RelayCore._answer_later`)."""
 REPLY_LINGER_S = 0.1
-"""Replies wait this long at most for the node's other replies to the same commands."""
+"""Replies wait this long at most for the node's other replies to the same commands, and the
+next batched poll waits as long at most for the answers to commands it just handed out, so they
+ride on it rather than in a call of their own."""
 HELD_COMMANDS = 64
 """Commands kept for a probe that is not parked at the relay (as the hub's mailbox size)."""
 MAX_HELD_EVENTS = 1000
@@ -167,7 +169,7 @@ class RelayCore:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self._replies:
+            if self._replies or self._expected:  # answers to what was just handed ride along
                 await self._answers_in()
             entries = self._take_pending()
             results, self._replies = self._replies, []
