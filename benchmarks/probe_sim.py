@@ -9,9 +9,11 @@ collective ring buffer); any other command gets the real probe's "unknown comman
 ranks are "odd" (stuck in the data loader instead of all_reduce) so `stacks`/`hang` have
 something to single out.
 
-The probes are asyncio tasks sharing one Ray driver; the hub sees them as processes of this
-simulator (pid, node), so its liveness check finds them alive while the simulator runs. Several
-simulators (`--start-rank`) make one job of up to thousands of ranks.
+The probes are asyncio tasks in one Ray actor (`SimHost`, on this node, owned by this process);
+the hub sees them as processes of that actor (pid, node), so its liveness check finds them
+alive while the simulator runs. Several simulators (`--start-rank`) make one job of up to
+thousands of ranks. The simulated nodes' relays live in the same actor, which answers the CLI's
+fan-outs to them (`command`) as each node's relay actor would.
 
 Run: python benchmarks/probe_sim.py --address HOST:PORT --job sim --probes 1024 \\
         --start-rank 0 --world 4096 --duration 60 --out stats.json
@@ -337,8 +339,11 @@ class _SimHub:
         entries: list[tuple[str, PollRequest]],
         wait_s: float,
         results: list[tuple[CommandResult, str]],
+        endpoint: Any,
     ) -> BatchReply:
-        reply: BatchReply = await self.hub.poll_batch.remote(relay_id, entries, wait_s, results)
+        reply: BatchReply = await self.hub.poll_batch.remote(
+            relay_id, entries, wait_s, results, endpoint
+        )
         if any(commands for _, commands in reply.replies.values()):
             self.delays.append((round(time.time() - reply.hub_replied, 4), -1.0))
         return reply
@@ -352,11 +357,13 @@ class _SimHub:
 class Simulator:
     """`probes` simulated probes of ranks start_rank.. in one job, in this process."""
 
-    def __init__(self, hub: Any, args: argparse.Namespace) -> None:
+    def __init__(self, hub: Any, args: argparse.Namespace, endpoint: Any = None) -> None:
         import psutil
         import ray
 
         self.hub = hub
+        self.endpoint = endpoint
+        """What the CLI calls `command` on for this simulator's relays (its `SimHost`)."""
         self.job_id = args.job
         self.world = args.world or args.start_rank + args.probes
         self.interval = args.interval
@@ -380,30 +387,27 @@ class Simulator:
         self._relays: dict[int, RelayCore] = {}
         """One relay per simulated node, hosted here: the REAL relay logic (`RelayCore`), which
         on a cluster runs in an actor on each node's own CPU."""
+        self.relays_by_id: dict[str, RelayCore] = {}
 
     def relay_for(self, rank: int) -> RelayCore:
         node = rank // RANKS_PER_NODE
         if node not in self._relays:
             relay_id = f"{self.node_id}-sim{os.getpid()}-{node}"
-            self._relays[node] = RelayCore(relay_id, _SimHub(self.hub, self.delays))
+            hub = _SimHub(self.hub, self.delays)
+            relay = self._relays[node] = RelayCore(relay_id, hub, endpoint=self.endpoint)
+            self.relays_by_id[relay_id] = relay
         return self._relays[node]
 
     async def run(self, duration: float) -> None:
-        import signal
-
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.stop)
         tasks = [asyncio.ensure_future(p.run()) for p in self.probes]
         deadline = time.time() + duration
-        while self.registered < len(self.probes) and time.time() < deadline:
-            await asyncio.sleep(0.2)
-        print(f"registered {self.registered}", flush=True)
         while not self.stopping and time.time() < deadline:
             await asyncio.sleep(0.2)
         self.stopping = True
         await asyncio.wait(tasks, timeout=self.interval + 5.0)
 
     def stop(self) -> None:
-        """SIGTERM: stop heartbeating; the statistics are written on the way out."""
+        """Stop heartbeating; the statistics are written on the way out."""
         self.stopping = True
 
     def stats(self) -> dict[str, Any]:
@@ -421,6 +425,32 @@ class Simulator:
             "relay_delays": self.delays,
             "beats": self.beats,
         }
+
+
+class SimHost:
+    """The Ray actor a simulator runs in: its probes and its simulated nodes' relays, which
+    the CLI's fan-outs call directly (`command`), as they call a node's relay actor."""
+
+    def __init__(self, hub: Any, args: argparse.Namespace) -> None:
+        import ray
+
+        self.sim = Simulator(hub, args, endpoint=ray.get_runtime_context().current_actor)
+
+    async def run(self, duration: float) -> dict[str, Any]:
+        await self.sim.run(duration)
+        return self.sim.stats()
+
+    async def registered(self) -> int:
+        return self.sim.registered
+
+    async def stop(self) -> None:
+        self.sim.stop()
+
+    async def command(
+        self, relay_id: str, command: Command, probe_ids: list[str], deadline_s: float
+    ) -> list[CommandResult]:
+        relay = self.sim.relays_by_id.get(relay_id)
+        return [] if relay is None else await relay.command(command, probe_ids, deadline_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -444,21 +474,44 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import logging
+    import signal
 
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from rankscope.config import Config
     from rankscope.runtime.hub import get_or_create_hub
 
     ray.init(address=args.address, logging_level=logging.ERROR, log_to_driver=False)
     hub = get_or_create_hub(Config.from_env())
-    sim = Simulator(hub, args)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    host = (
+        ray.remote(SimHost)
+        .options(num_cpus=0, max_concurrency=10_000, scheduling_strategy=here)
+        .remote(hub, args)
+    )
+    stopping = False
+
+    def stop(*_: Any) -> None:  # SIGTERM: stop heartbeating, write the statistics, go
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    running = host.run.remote(args.duration)
     try:
-        asyncio.run(sim.run(args.duration))
-    finally:
+        registered = 0
+        while registered < args.probes and not stopping and not ray.wait([running], timeout=0)[0]:
+            registered = ray.get(host.registered.remote())
+            time.sleep(0.2)
+        print(f"registered {registered}", flush=True)
+        while not stopping and not ray.wait([running], timeout=0.2)[0]:
+            pass
+        ray.get(host.stop.remote())
+        stats = ray.get(running)
         if args.out:
             with open(args.out, "w", encoding="utf-8") as f:
-                json.dump(sim.stats(), f)
+                json.dump(stats, f)
+    finally:
         ray.shutdown()
     return 0
 

@@ -1,10 +1,10 @@
 """Where the hub's CPU goes during a command, at N simulated ranks (issue 20).
 
 Starts a local Ray cluster, a fresh hub and N simulated probes (probe_sim.py, relays on past
-256 probes, as `bench_scale.py` does), then runs each command in --cmd once through the CLI's
-typer app while py-spy samples the hub; prints each command's wall time and the hub's CPU
-time, and writes py-spy's collapsed stacks (`--format raw`) to --out for reading with any
-flamegraph tool.
+256 probes, as `bench_scale.py` does), then runs each command in --cmd (--repeat times) through
+the CLI's typer app while py-spy samples the hub; prints each command's wall time and the hub's
+CPU time (and their medians), and writes py-spy's collapsed stacks (`--format raw`) to --out for
+reading with any flamegraph tool.
 
 Run: .venv/bin/python benchmarks/profile_hub.py --n 4096 --cmd stacks,hang --out hub.txt
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,7 @@ def main() -> int:
     parser.add_argument("--cmd", default="stacks,hang", help="comma-separated CLI commands")
     parser.add_argument("--per-sim", type=int, default=1024, help="probes per simulator")
     parser.add_argument("--out", default="hub-profile.txt", help="py-spy's collapsed stacks")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each command")
     args = parser.parse_args()
     import ray
 
@@ -52,10 +54,20 @@ def main() -> int:
         )  # fmt: skip
         time.sleep(1.0)
         for command in args.cmd.split(","):
-            before = bench_scale._cpu(hub)
-            took, code, _ = bench_scale._run_cli([command, "--job", "sim"])
-            used = bench_scale._cpu(hub) - before
-            print(f"{command}: {took:.2f}s, exit {code}, hub CPU {used:.2f}s")
+            times, cpus = [], []
+            for _ in range(args.repeat):
+                before = bench_scale._cpu(hub)
+                took, code, _ = bench_scale._run_cli([command, "--job", "sim"])
+                used = bench_scale._cpu(hub) - before
+                times.append(took)
+                cpus.append(used)
+                print(f"{command}: {took:.2f}s, exit {code}, hub CPU {used:.2f}s", flush=True)
+            if args.repeat > 1:
+                print(
+                    f"{command} median: {statistics.median(times):.2f}s, hub CPU "
+                    f"{statistics.median(cpus):.2f}s",
+                    flush=True,
+                )
         spy.send_signal(2)
         spy.wait(30)
         print(f"py-spy's samples of the hub: {args.out}")

@@ -10,11 +10,14 @@ import os
 import time
 from typing import Any
 
+import pytest
+
 from rankscope.config import Config
 from rankscope.context import RankContext
 from rankscope.runtime.hub import Hub
 from rankscope.runtime.protocol import (
     BatchReply,
+    Command,
     CommandResult,
     Event,
     PollRequest,
@@ -32,6 +35,8 @@ class InProcessHub:
         self.hub = hub
         self.polls = self.reply_calls = self.carrying = 0
         """Hub calls: batched polls, reply batches, batched polls that carried replies."""
+        self.endpoints: list[Any] = []
+        """The endpoint each batched poll sent (None: none)."""
         self.fail = False
 
     async def poll_batch(
@@ -40,12 +45,14 @@ class InProcessHub:
         entries: list[tuple[str, PollRequest]],
         wait_s: float,
         results: list[tuple[CommandResult, str]],
+        endpoint: Any = None,
     ) -> BatchReply:
+        self.endpoints.append(endpoint)
         if self.fail:
             raise ConnectionError("hub gone")
         self.polls += 1
         self.carrying += bool(results)
-        return await self.hub.poll_batch(relay_id, entries, wait_s, results)
+        return await self.hub.poll_batch(relay_id, entries, wait_s, results, endpoint)
 
     async def reply_batch(self, results: list[tuple[CommandResult, str]]) -> None:
         self.reply_calls += 1
@@ -104,6 +111,54 @@ def test_a_relay_batches_its_probes_into_few_hub_calls_and_routes_each_reply(tmp
         assert rows["p3"].summaries == {"where": "r3"}  # each probe's own heartbeat
         stop.set()
         await asyncio.wait(probes, timeout=2.0)
+
+    asyncio.run(main())
+
+
+def test_a_command_sent_to_a_relay_reaches_its_probes_without_the_hub(tmp_path):
+    """The CLI's fan-out to relayed probes: the hub names each probe's relay and how to reach
+    it (the endpoint the relay sent once, and again after a failed batch); the relay hands
+    the command out and returns its probes' answers, none going through the hub."""
+
+    async def main() -> None:
+        hub = _hub(tmp_path)
+        for rank in range(9):
+            await hub.register(_info(rank), Progress(0, time.time()))
+        link = InProcessHub(hub)
+        relay = RelayCore("node-a", link, endpoint="relay-a-handle")
+        stop = asyncio.Event()
+        probes = [asyncio.ensure_future(_sim_probe(relay, r, stop, 0.2)) for r in range(8)]
+        await asyncio.sleep(0.5)
+        assert link.endpoints[0] == "relay-a-handle"  # sent with the first batch ...
+        assert set(link.endpoints[1:]) == {None}  # ... and not again
+        routes = await hub.fan_out_routes("job")
+        assert routes.direct == ("p8",)  # polls nowhere yet: through the hub
+        [route] = routes.relayed
+        assert (route.endpoint, route.relay_id) == ("relay-a-handle", "node-a")
+        assert sorted(route.probe_ids) == [f"p{r}" for r in range(8)]
+
+        hub_calls = link.polls + link.reply_calls
+        start = time.monotonic()
+        answers = await relay.command(Command("c1", "stacks"), [*route.probe_ids, "p9"], 2.0)
+        assert time.monotonic() - start < 0.5  # all in: no wait for the deadline
+        assert sorted(r.payload for r in answers) == list(range(8))
+        assert link.carrying == 0 and link.reply_calls == 0  # the hub saw no answer
+        assert link.polls + link.reply_calls - hub_calls <= 2  # the heartbeats' batches only
+
+        stop.set()  # the probes stop polling: a command's answers wait for its deadline
+        await asyncio.wait(probes, timeout=2.0)
+        start = time.monotonic()
+        assert await relay.command(Command("c2", "stacks"), ["p0"], 0.3) == []
+        assert 0.3 <= time.monotonic() - start < 1.0
+
+        late = await relay.poll(_request(0, 98), 0.2)  # c2, held for the probe's next poll
+        assert [c.id for c in late.commands] == ["c2"]
+        link.fail = True  # a failed batch: the next one sends the endpoint again (a new hub)
+        with pytest.raises(ConnectionError):
+            await relay.poll(_request(0, 99), 0.2)
+        link.fail = False
+        await relay.poll(_request(0, 100), 0.2)
+        assert link.endpoints[-1] == "relay-a-handle"
 
     asyncio.run(main())
 

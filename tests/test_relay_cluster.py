@@ -1,6 +1,7 @@
 """Node relays on the session's two-node cluster (issue 20): probes told to use their node's
-relay poll through it and `stacks` still reaches every rank; the relay killed, `stacks` still
-answers within its deadline and its probes stay alive, polling the hub directly."""
+relay poll through it and `stacks` still reaches every rank, asking the relay directly; the
+relay killed, `stacks` still answers within its deadline and its probes stay alive, polling the
+hub directly."""
 
 from __future__ import annotations
 
@@ -52,6 +53,13 @@ def test_probes_poll_through_their_node_relay_and_survive_its_death(cluster):
 
         wait_until(serving, timeout=60, what="both worker-node probes to poll via the relay")
         client = HubClient.attach()
+        relayed_ids = sorted(p.info.probe_id for p in probes_by_pid(pids[:2]).values())
+
+        def routed() -> bool:  # the hub knows how to reach the relay: fan-outs skip the hub
+            routes = ray.get(client.handle.fan_out_routes.remote(probe_ids=relayed_ids))
+            return [sorted(r.probe_ids) for r in routes.relayed] == [relayed_ids]
+
+        wait_until(routed, timeout=30, what="the hub to route the relayed probes' fan-outs")
         sources, _ = _sources(client, pids)
         assert sources == dict.fromkeys(pids, "probe")  # every rank answered, through the relay
 

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +25,19 @@ from rankscope.errors import (
     VersionMismatchError,
 )
 from rankscope.runtime.auth import prepare_token_auth
-from rankscope.runtime.protocol import FanOutResult, HubInfo, ProbeState, ProbeStatus
+from rankscope.runtime.protocol import (
+    Command,
+    CommandResult,
+    FanOutResult,
+    FanOutRoutes,
+    HubInfo,
+    ProbeState,
+    ProbeStatus,
+    RelayRoute,
+)
 from rankscope.runtime.selection import select_jobs
+
+log = logging.getLogger("rankscope")
 
 CONNECT_TIMEOUT_S = 3.0
 HUB_CALL_TIMEOUT_S = 30.0
@@ -33,6 +45,8 @@ HUB_CALL_TIMEOUT_S = 30.0
 HUB_RESTART_WAIT_S = 10.0
 """The longest a call waits for a hub that Ray is restarting."""
 HUB_POLL_S = 1.0
+RELAY_CALL_MARGIN_S = 2.0
+"""A relay answers a fan-out by its deadline; this much later it counts as not answering."""
 HUB_RESTARTING_STATES = frozenset({"RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY"})
 
 _HOW_TO_POINT = (
@@ -204,10 +218,45 @@ class HubClient:
     ) -> Callable[[], FanOutResult]:
         """As `fan_out`, but returns at once; call what it returns for the result. Fan-outs
         started together reach each probe in one poll and come back together: one round trip
-        instead of one each (at 4,096 ranks each round is seconds)."""
+        instead of one each (at 4,096 ranks each round is seconds).
+
+        Probes that poll through a node relay are asked through their relays directly, one
+        call per relay (`Hub.fan_out_routes`); the hub takes only the others."""
         ids = [p.info.probe_id for p in probes]
-        ref = self.handle.fan_out.remote(kind, args, probe_ids=ids, deadline_s=deadline_s)
-        return lambda: self._get(ref, HUB_CALL_TIMEOUT_S + (deadline_s or 0.0))
+        if not any(p.relay for p in probes):
+            routes = FanOutRoutes(tuple(ids), (), 0.0)
+        else:
+            routes = self._get(self.handle.fan_out_routes.remote(probe_ids=ids))
+        hub_ref = None
+        if routes.direct:
+            hub_ref = self.handle.fan_out.remote(
+                kind, args, probe_ids=list(routes.direct), deadline_s=deadline_s
+            )
+        command = Command(uuid.uuid4().hex, kind, dict(args or {}))
+        deadline = routes.deadline_s if deadline_s is None else deadline_s
+        relay_refs = [
+            route.endpoint.command.remote(route.relay_id, command, route.probe_ids, deadline)
+            for route in routes.relayed
+        ]
+
+        def result() -> FanOutResult:
+            through_hub = FanOutResult((), ())
+            if hub_ref is not None:
+                through_hub = self._get(hub_ref, HUB_CALL_TIMEOUT_S + (deadline_s or 0.0))
+            by_id = {p.info.probe_id: p for p in probes}
+            relayed = _relay_answers(routes.relayed, relay_refs, deadline + RELAY_CALL_MARGIN_S)
+            answered = {r.probe_id for r in relayed}
+            missing = [
+                by_id[probe_id]
+                for route in routes.relayed
+                for probe_id in route.probe_ids
+                if probe_id not in answered and probe_id in by_id
+            ]
+            return FanOutResult(
+                through_hub.replies + tuple(relayed), through_hub.missing + tuple(missing)
+            )
+
+        return result
 
     def _get(self, ref: Any, timeout_s: float = HUB_CALL_TIMEOUT_S) -> Any:
         """The call's result; a hub that is restarting, gone or too slow raises one clear line.
@@ -240,6 +289,28 @@ class HubClient:
                 or (restarting_since is not None and now - restarting_since >= HUB_RESTART_WAIT_S)
             ):
                 raise hub_call_error(None, state, timeout_s)
+
+
+def _relay_answers(
+    routes: tuple[RelayRoute, ...], refs: list[Any], timeout_s: float
+) -> list[CommandResult]:
+    """What the relays answered within `timeout_s`; a relay that failed or is late (dead, its
+    node gone) answers nothing, and its probes count as not answering."""
+    import ray
+
+    if not refs:
+        return []
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    done = set(ready)
+    answers: list[CommandResult] = []
+    for route, ref in zip(routes, refs, strict=True):
+        if ref not in done:
+            continue
+        try:
+            answers.extend(ray.get(ref))
+        except Exception as exc:
+            log.debug("rankscope: relay %s did not answer: %s", route.relay_id, exc)
+    return answers
 
 
 def hub_state(handle: Any) -> str | None:

@@ -37,6 +37,7 @@ from rankscope.runtime.protocol import (
     Event,
     ExchangeResult,
     FanOutResult,
+    FanOutRoutes,
     HubInfo,
     PollReply,
     PollRequest,
@@ -125,13 +126,16 @@ class Hub:
         entries: list[tuple[str, PollRequest]],
         wait_s: float,
         results: Sequence[tuple[CommandResult, str]] = (),
+        endpoint: Any = None,
     ) -> BatchReply:
         """A node relay's poll (`runtime.relay`): the replies it carries taken as `reply_batch`
         takes them, every probe's heartbeat in it as `poll` takes one, then one long poll for
         all of the relay's probes; returns the commands by probe id (and the probes this hub
-        does not know)."""
+        does not know). `endpoint` (sent once) is how the CLI reaches the relay."""
         received = time.time()
         self._ensure_background()
+        if endpoint is not None:
+            self._relays.set_endpoint(relay_id, endpoint)
         for result, command_id in results:
             self._replies.resolve(command_id, result)
         replies: dict[str, tuple[bool, tuple[Command, ...]]] = {}
@@ -207,6 +211,14 @@ class Hub:
         # who, not what: no summaries (megabytes when thousands miss the deadline)
         missing = tuple(r.status(()) for r in targets if r.info.probe_id not in answers)
         return FanOutResult(tuple(answers.values()), missing)
+
+    async def fan_out_routes(
+        self, job_id: str | None = None, probe_ids: list[str] | None = None
+    ) -> FanOutRoutes:
+        """How a fan-out to these live probes reaches them: the relayed ones through their
+        node relays directly (the CLI calls each once), the others through `fan_out`."""
+        targets = self._registry.targets(job_id, probe_ids)
+        return self._relays.routes(targets, self._config.command_deadline)
 
     # ------------------------------------------------------------- rendezvous
     async def exchange(

@@ -191,6 +191,9 @@ class ProbeStatus:
     reason: str = ""
     """Why the hub holds it dead although it may still heartbeat: "node gone: ..." once Ray
     declared its node dead (a raylet killed, a machine lost); empty otherwise."""
+    relay: str = ""
+    """The node relay it polls through (`runtime.relay`); empty when it polls the hub itself.
+    A fan-out to relayed probes goes to their relays directly (`Hub.fan_out_routes`)."""
 
     @property
     def context(self) -> RankContext:
@@ -203,6 +206,27 @@ class FanOutResult:
 
     replies: tuple[CommandResult, ...]
     missing: tuple[ProbeStatus, ...]
+
+
+@dataclass(frozen=True)
+class RelayRoute:
+    """Probes that poll through one relay, and how to reach it: `endpoint.command.remote(
+    relay_id, ...)` (the relay's actor, or a simulator's that hosts many relays)."""
+
+    endpoint: Any
+    relay_id: str
+    probe_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FanOutRoutes:
+    """How a fan-out reaches its probes (`Hub.fan_out_routes`): through the hub for `direct`,
+    the rest through their node relays, one call each, the hub not involved."""
+
+    direct: tuple[str, ...]
+    relayed: tuple[RelayRoute, ...]
+    deadline_s: float
+    """The hub's own command deadline, for a fan-out that names none."""
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ class ProbeRecord:
             dropped_commands=self.mailbox.dropped,
             summaries=kept,
             reason=self.reason,
+            relay=self.relay or "",
         )
 
 

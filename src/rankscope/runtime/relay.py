@@ -8,8 +8,13 @@ one batched poll with its probes' heartbeats (`Hub.poll_batch`), hands each prob
 the hub returns for it, and sends their replies back with its next batched poll, the one that
 waits for the next commands (or in a call of their own, `Hub.reply_batch`, when they come while
 a batch waits at the hub).
-The hub then takes ~3 calls per node per fan-out (512 nodes of 8 for 4,096 ranks), and its
-registry, liveness, events, groups and deadlines stay per probe, exactly as with direct polls.
+The hub's registry, liveness, events and groups stay per probe, exactly as with direct polls.
+
+A command for relayed probes skips the hub altogether: the CLI asks the hub which relay each
+probe polls through (`Hub.fan_out_routes`) and calls each relay once (`RelayCore.command`); the
+relay hands the command to its parked probes and returns their answers by the deadline. Through
+the hub, a fan-out cost it ~2 calls per node and every reply's bytes in and out again (at 4,096
+ranks, 3.5 s of its CPU per `stacks`).
 
 `RelayCore` is the relay's logic (asyncio, no Ray): the Ray actor (`relay_actor.Relay`) wraps
 it, and the probe simulator hosts the same class in process. `HubRelays` is the hub's side: who
@@ -29,9 +34,11 @@ from rankscope.runtime.protocol import (
     BatchReply,
     Command,
     CommandResult,
+    FanOutRoutes,
     PollReply,
     PollRequest,
     ProbeState,
+    RelayRoute,
 )
 
 __all__ = ["BATCH_WAIT_SHARE", "HubRelays", "RelayCore", "RelayHub", "merge_requests"]
@@ -65,9 +72,20 @@ class RelayHub(Protocol):
         entries: list[tuple[str, PollRequest]],
         wait_s: float,
         results: list[tuple[CommandResult, str]],
+        endpoint: Any,
     ) -> BatchReply: ...
 
     async def reply_batch(self, results: list[tuple[CommandResult, str]]) -> None: ...
+
+
+@dataclass
+class _Gathering:
+    """A command sent to this relay's probes directly (`RelayCore.command`): who has not
+    answered yet, the answers so far, and a future set once all are in."""
+
+    waiting: set[str]
+    answers: list[CommandResult]
+    done: asyncio.Future[None]
 
 
 def merge_requests(old: PollRequest, new: PollRequest) -> PollRequest:
@@ -101,9 +119,22 @@ class RelayCore:
     commands back per probe and batches the replies. Never raises into a probe's call except
     when the hub call itself failed (the probe then polls the hub directly)."""
 
-    def __init__(self, relay_id: str, hub: RelayHub, *, linger_s: float = REPLY_LINGER_S) -> None:
+    def __init__(
+        self,
+        relay_id: str,
+        hub: RelayHub,
+        *,
+        endpoint: Any = None,
+        linger_s: float = REPLY_LINGER_S,
+    ) -> None:
         self.relay_id = relay_id
         self._hub = hub
+        self._endpoint = endpoint
+        """What the CLI calls `command` on (an actor handle); sent to the hub with the first
+        batch that reaches it, and again after a failed one (the hub may be a new one)."""
+        self._endpoint_sent = False
+        self._direct: dict[str, _Gathering] = {}
+        """Commands sent here directly, by command id, while their caller waits."""
         self._linger_s = linger_s
         self._slots: dict[str, _Slot] = {}
         self._wake = asyncio.Event()
@@ -146,8 +177,37 @@ class RelayCore:
             if slot.waiter is waiter:
                 slot.waiter = None
 
+    async def command(
+        self, command: Command, probe_ids: Iterable[str], deadline_s: float
+    ) -> list[CommandResult]:
+        """Hand `command` to each of `probe_ids` that polls here (at once to a parked poll,
+        else with its next one) and return their answers in by `deadline_s`. A probe this
+        relay does not know is left out: the caller counts it as not answering."""
+        now = time.time()
+        asked = [p for p in dict.fromkeys(probe_ids) if p in self._slots]
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        gathering = self._direct[command.id] = _Gathering(set(asked), [], done)
+        try:
+            for probe_id in asked:
+                self._give(probe_id, self._slots[probe_id], (command,), now, expect=False)
+            if asked:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(done), deadline_s)
+        finally:
+            del self._direct[command.id]
+        return gathering.answers
+
     def reply(self, result: CommandResult, command_id: str) -> None:
-        """A probe's answer; sent with the node's other answers in one hub call."""
+        """A probe's answer: to the caller of `command` that waits for it, else sent with the
+        node's other answers in one hub call."""
+        gathering = self._direct.get(command_id)
+        if gathering is not None:
+            if result.probe_id in gathering.waiting:
+                gathering.waiting.discard(result.probe_id)
+                gathering.answers.append(result)
+                if not gathering.waiting and not gathering.done.done():
+                    gathering.done.set_result(None)
+            return
         self._replies.append((result, command_id))
         self._expected.pop((command_id, result.probe_id), None)
         self._answered.set()
@@ -176,11 +236,14 @@ class RelayCore:
             if not entries and not results:
                 continue
             self._batch_out = True
+            endpoint = None if self._endpoint_sent else self._endpoint
             try:
                 reply = await self._hub.poll_batch(
-                    self.relay_id, entries, self.wait_s * BATCH_WAIT_SHARE, results
+                    self.relay_id, entries, self.wait_s * BATCH_WAIT_SHARE, results, endpoint
                 )
+                self._endpoint_sent = True
             except Exception as exc:  # the hub is away: its probes poll it directly
+                self._endpoint_sent = False
                 self.failures += 1
                 self._fail_flying(entries, exc)
                 await asyncio.sleep(1.0)
@@ -252,14 +315,25 @@ class RelayCore:
 
         asyncio.get_running_loop().call_later(due, answer_now)
 
-    def _give(self, probe_id: str, slot: _Slot, commands: tuple[Command, ...], now: float) -> None:
+    def _give(
+        self,
+        probe_id: str,
+        slot: _Slot,
+        commands: tuple[Command, ...],
+        now: float,
+        *,
+        expect: bool = True,
+    ) -> None:
+        """Commands to a probe: at once when its poll is parked, else with its next. Their
+        answers are `expect`ed back before the next batched poll goes (they ride on it)."""
         if not commands:
             return
         if slot.waiter is not None and not slot.waiter.done():
             slot.waiter.set_result(PollReply(True, commands, interval=self.wait_s, relay=True))
         else:
             slot.held = [*slot.held, *commands][-HELD_COMMANDS:]
-        self._handed(probe_id, commands, now)
+        if expect:
+            self._handed(probe_id, commands, now)
 
     def _handed(self, probe_id: str, commands: tuple[Command, ...], now: float) -> None:
         for command in commands:
@@ -308,11 +382,34 @@ class _HubRelay:
 
 
 class HubRelays:
-    """The hub's side: which probes poll through which relay, and one wakeup per relay that
-    every member's mailbox sets when a command is posted to it."""
+    """The hub's side: which probes poll through which relay, one wakeup per relay that every
+    member's mailbox sets when a command is posted to it, and how the CLI reaches each relay."""
 
     def __init__(self) -> None:
         self._relays: dict[str, _HubRelay] = {}
+        self._endpoints: dict[str, Any] = {}
+        """relay id -> what its `command` is called on; one per node ever seen (a relay that
+        comes back under its node's id sends its new one)."""
+
+    def set_endpoint(self, relay_id: str, endpoint: Any) -> None:
+        self._endpoints[relay_id] = endpoint
+
+    def routes(self, records: Iterable[Any], deadline_s: float) -> FanOutRoutes:
+        """Split a fan-out's probes: those polling through a relay the CLI can reach go by
+        their relay, the others through the hub."""
+        direct: list[str] = []
+        by_relay: dict[str, list[str]] = {}
+        for record in records:
+            probe_id = record.info.probe_id
+            if record.relay is not None and record.relay in self._endpoints:
+                by_relay.setdefault(record.relay, []).append(probe_id)
+            else:
+                direct.append(probe_id)
+        relayed = tuple(
+            RelayRoute(self._endpoints[relay_id], relay_id, tuple(ids))
+            for relay_id, ids in by_relay.items()
+        )
+        return FanOutRoutes(tuple(direct), relayed, deadline_s)
 
     def join(self, relay_id: str, record: Any) -> None:
         """`record` polls through `relay_id` now (it may have come from another)."""

@@ -18,7 +18,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rankscope._version import __version__
 from rankscope.config import Config, hub_namespace
-from rankscope.runtime.protocol import BatchReply, CommandResult, PollReply, PollRequest
+from rankscope.runtime.protocol import BatchReply, Command, CommandResult, PollReply, PollRequest
 from rankscope.runtime.relay import RelayCore
 
 __all__ = ["RELAY_RETRY_S", "Relay", "RelayLink", "relay_name"]
@@ -56,10 +56,11 @@ class _HubHandle:
         entries: list[tuple[str, PollRequest]],
         wait_s: float,
         results: list[tuple[CommandResult, str]],
+        endpoint: Any,
     ) -> BatchReply:
         try:
             reply: BatchReply = await self._hub().poll_batch.remote(
-                relay_id, entries, wait_s, results
+                relay_id, entries, wait_s, results, endpoint
             )
         except Exception:
             self._handle = None
@@ -75,10 +76,19 @@ class _HubHandle:
 
 
 class Relay:
-    """The actor: `RelayCore` with the hub behind it."""
+    """The actor: `RelayCore` with the hub behind it, and the CLI's fan-outs to its probes."""
 
     def __init__(self, relay_id: str) -> None:
-        self._core = RelayCore(relay_id, _HubHandle())
+        this = ray.get_runtime_context().current_actor
+        self._core = RelayCore(relay_id, _HubHandle(), endpoint=this)
+
+    async def command(
+        self, relay_id: str, command: Command, probe_ids: list[str], deadline_s: float
+    ) -> list[CommandResult]:
+        """A fan-out's command for these of this node's probes (`RelayCore.command`)."""
+        if relay_id != self._core.relay_id:
+            return []
+        return await self._core.command(command, probe_ids, deadline_s)
 
     async def poll(self, request: PollRequest, wait_s: float) -> PollReply:
         return await self._core.poll(request, wait_s)
