@@ -13,7 +13,7 @@ The probes are asyncio tasks in one Ray actor (`SimHost`, on this node, owned by
 the hub sees them as processes of that actor (pid, node), so its liveness check finds them
 alive while the simulator runs. Several simulators (`--start-rank`) make one job of up to
 thousands of ranks. The simulated nodes' relays live in the same actor, which answers the CLI's
-fan-outs to them (`command`) as each node's relay actor would.
+fan-outs to them (`commands`) as each node's relay actor would.
 
 Run: python benchmarks/probe_sim.py --address HOST:PORT --job sim --probes 1024 \\
         --start-rank 0 --world 4096 --duration 60 --out stats.json
@@ -363,7 +363,7 @@ class Simulator:
 
         self.hub = hub
         self.endpoint = endpoint
-        """What the CLI calls `command` on for this simulator's relays (its `SimHost`)."""
+        """What the CLI calls `commands` on for this simulator's relays (its `SimHost`)."""
         self.job_id = args.job
         self.world = args.world or args.start_rank + args.probes
         self.interval = args.interval
@@ -429,7 +429,7 @@ class Simulator:
 
 class SimHost:
     """The Ray actor a simulator runs in: its probes and its simulated nodes' relays, which
-    the CLI's fan-outs call directly (`command`), as they call a node's relay actor."""
+    the CLI's fan-outs call directly (`commands`), as they call a node's relay actor."""
 
     def __init__(self, hub: Any, args: argparse.Namespace) -> None:
         import ray
@@ -446,11 +446,11 @@ class SimHost:
     async def stop(self) -> None:
         self.sim.stop()
 
-    async def command(
-        self, relay_id: str, command: Command, probe_ids: list[str], deadline_s: float
-    ) -> list[CommandResult]:
+    async def commands(
+        self, relay_id: str, asks: list[tuple[Command, tuple[str, ...]]], deadline_s: float
+    ) -> dict[str, list[CommandResult]]:
         relay = self.sim.relays_by_id.get(relay_id)
-        return [] if relay is None else await relay.command(command, probe_ids, deadline_s)
+        return {} if relay is None else await relay.commands(asks, deadline_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -139,16 +139,20 @@ def test_a_command_sent_to_a_relay_reaches_its_probes_without_the_hub(tmp_path):
 
         hub_calls = link.polls + link.reply_calls
         start = time.monotonic()
-        answers = await relay.command(Command("c1", "stacks"), [*route.probe_ids, "p9"], 2.0)
+        answers = await relay.commands(
+            [(Command("c1", "stacks"), [*route.probe_ids, "p9"]), (Command("k1", "x"), ["p2"])],
+            2.0,
+        )
         assert time.monotonic() - start < 0.5  # all in: no wait for the deadline
-        assert sorted(r.payload for r in answers) == list(range(8))
+        assert sorted(r.payload for r in answers["c1"]) == list(range(8))
+        assert [r.probe_id for r in answers["k1"]] == ["p2"]  # both commands, one call
         assert link.carrying == 0 and link.reply_calls == 0  # the hub saw no answer
         assert link.polls + link.reply_calls - hub_calls <= 2  # the heartbeats' batches only
 
         stop.set()  # the probes stop polling: a command's answers wait for its deadline
         await asyncio.wait(probes, timeout=2.0)
         start = time.monotonic()
-        assert await relay.command(Command("c2", "stacks"), ["p0"], 0.3) == []
+        assert await relay.commands([(Command("c2", "stacks"), ["p0"])], 0.3) == {"c2": []}
         assert 0.3 <= time.monotonic() - start < 1.0
 
         late = await relay.poll(_request(0, 98), 0.2)  # c2, held for the probe's next poll

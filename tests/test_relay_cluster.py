@@ -60,6 +60,13 @@ def test_probes_poll_through_their_node_relay_and_survive_its_death(cluster):
             return [sorted(r.probe_ids) for r in routes.relayed] == [relayed_ids]
 
         wait_until(routed, timeout=30, what="the hub to route the relayed probes' fan-outs")
+        relayed_probes = list(probes_by_pid(pids[:2]).values())
+        with client.together():  # two fan-outs, one call to the relay
+            stacks = client.start_fan_out("stacks", relayed_probes, deadline_s=DEADLINE_S)
+            kids = client.start_fan_out("children", relayed_probes, deadline_s=DEADLINE_S)
+        for asked in (stacks(), kids()):
+            assert sorted(r.probe_id for r in asked.replies if r.ok) == relayed_ids, asked
+            assert not asked.missing
         sources, _ = _sources(client, pids)
         assert sources == dict.fromkeys(pids, "probe")  # every rank answered, through the relay
 

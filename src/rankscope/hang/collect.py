@@ -37,12 +37,13 @@ def hang_report(
     ranked = _newest_per_rank(ranked)
     live = [p for p in ranked if p.state != ProbeState.DEAD]
     window = {"per_group": WINDOW_PER_GROUP} if len(live) > INLINE_RANKS else None
-    asked = (
-        client.start_fan_out("collectives", live, args=window, deadline_s=deadline_s)
-        if live
-        else None
-    )
-    stacks = collect_stacks(client, live, deadline_s=deadline_s)  # with it: one round trip
+    with client.together():  # the recorders and the stacks in one round trip
+        asked = (
+            client.start_fan_out("collectives", live, args=window, deadline_s=deadline_s)
+            if live
+            else None
+        )
+        stacks = collect_stacks(client, live, deadline_s=deadline_s)
     snapshots: dict[str, RecorderSnapshot] = {}
     if asked is not None:
         snapshots = {r.probe_id: r.payload for r in asked().replies if r.ok}

@@ -7,13 +7,13 @@ as `UserError`s whose message says what to do.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope._version import __version__
@@ -25,19 +25,9 @@ from rankscope.errors import (
     VersionMismatchError,
 )
 from rankscope.runtime.auth import prepare_token_auth
-from rankscope.runtime.protocol import (
-    Command,
-    CommandResult,
-    FanOutResult,
-    FanOutRoutes,
-    HubInfo,
-    ProbeState,
-    ProbeStatus,
-    RelayRoute,
-)
+from rankscope.runtime.fan_out import Ask, send_together
+from rankscope.runtime.protocol import FanOutResult, HubInfo, ProbeState, ProbeStatus
 from rankscope.runtime.selection import select_jobs
-
-log = logging.getLogger("rankscope")
 
 CONNECT_TIMEOUT_S = 3.0
 HUB_CALL_TIMEOUT_S = 30.0
@@ -45,8 +35,6 @@ HUB_CALL_TIMEOUT_S = 30.0
 HUB_RESTART_WAIT_S = 10.0
 """The longest a call waits for a hub that Ray is restarting."""
 HUB_POLL_S = 1.0
-RELAY_CALL_MARGIN_S = 2.0
-"""A relay answers a fan-out by its deadline; this much later it counts as not answering."""
 HUB_RESTARTING_STATES = frozenset({"RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY"})
 
 _HOW_TO_POINT = (
@@ -121,6 +109,8 @@ class HubClient:
     """Typed calls to the hub; build it with `HubClient.attach()`."""
 
     handle: Any
+    _together: list[Ask] | None = field(default=None, init=False, repr=False)
+    """Fan-outs started inside `together()` and not sent yet."""
 
     @classmethod
     def attach(cls, address: str | None = None, *, check_version: bool = True) -> HubClient:
@@ -216,47 +206,47 @@ class HubClient:
         args: dict[str, Any] | None = None,
         deadline_s: float | None = None,
     ) -> Callable[[], FanOutResult]:
-        """As `fan_out`, but returns at once; call what it returns for the result. Fan-outs
-        started together reach each probe in one poll and come back together: one round trip
-        instead of one each (at 4,096 ranks each round is seconds).
+        """As `fan_out`, but returns at once; call what it returns for the result.
 
         Probes that poll through a node relay are asked through their relays directly, one
-        call per relay (`Hub.fan_out_routes`); the hub takes only the others."""
-        ids = [p.info.probe_id for p in probes]
-        if not any(p.relay for p in probes):
-            routes = FanOutRoutes(tuple(ids), (), 0.0)
+        call per relay (`Hub.fan_out_routes`); the hub takes only the others. Inside
+        `together()` the fan-out goes out with the others started there."""
+        ask = Ask(kind, args, probes, deadline_s)
+        if self._together is None:
+            self._send([ask])
         else:
-            routes = self._get(self.handle.fan_out_routes.remote(probe_ids=ids))
-        hub_ref = None
-        if routes.direct:
-            hub_ref = self.handle.fan_out.remote(
-                kind, args, probe_ids=list(routes.direct), deadline_s=deadline_s
-            )
-        command = Command(uuid.uuid4().hex, kind, dict(args or {}))
-        deadline = routes.deadline_s if deadline_s is None else deadline_s
-        relay_refs = [
-            route.endpoint.command.remote(route.relay_id, command, route.probe_ids, deadline)
-            for route in routes.relayed
-        ]
+            self._together.append(ask)
 
         def result() -> FanOutResult:
-            through_hub = FanOutResult((), ())
-            if hub_ref is not None:
-                through_hub = self._get(hub_ref, HUB_CALL_TIMEOUT_S + (deadline_s or 0.0))
-            by_id = {p.info.probe_id: p for p in probes}
-            relayed = _relay_answers(routes.relayed, relay_refs, deadline + RELAY_CALL_MARGIN_S)
-            answered = {r.probe_id for r in relayed}
-            missing = [
-                by_id[probe_id]
-                for route in routes.relayed
-                for probe_id in route.probe_ids
-                if probe_id not in answered and probe_id in by_id
-            ]
-            return FanOutResult(
-                through_hub.replies + tuple(relayed), through_hub.missing + tuple(missing)
-            )
+            if ask.result is None:
+                self._send_together()
+            assert ask.result is not None
+            return ask.result()
 
         return result
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """Fan-outs started in this block go out as one when the first one's result is read
+        (or the block ends): a probe gets them in one poll, a relay in one call, and they come
+        back together (at 4,096 ranks each round trip is a second or more)."""
+        if self._together is not None:  # nested: the outer block sends them
+            yield
+            return
+        self._together = []
+        try:
+            yield
+            self._send_together()
+        finally:  # on an error the ones not sent yet are dropped
+            self._together = None
+
+    def _send_together(self) -> None:
+        if self._together:
+            asks, self._together[:] = list(self._together), []
+            self._send(asks)
+
+    def _send(self, asks: list[Ask]) -> None:
+        send_together(self.handle, asks, self._get, HUB_CALL_TIMEOUT_S)
 
     def _get(self, ref: Any, timeout_s: float = HUB_CALL_TIMEOUT_S) -> Any:
         """The call's result; a hub that is restarting, gone or too slow raises one clear line.
@@ -289,28 +279,6 @@ class HubClient:
                 or (restarting_since is not None and now - restarting_since >= HUB_RESTART_WAIT_S)
             ):
                 raise hub_call_error(None, state, timeout_s)
-
-
-def _relay_answers(
-    routes: tuple[RelayRoute, ...], refs: list[Any], timeout_s: float
-) -> list[CommandResult]:
-    """What the relays answered within `timeout_s`; a relay that failed or is late (dead, its
-    node gone) answers nothing, and its probes count as not answering."""
-    import ray
-
-    if not refs:
-        return []
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-    done = set(ready)
-    answers: list[CommandResult] = []
-    for route, ref in zip(routes, refs, strict=True):
-        if ref not in done:
-            continue
-        try:
-            answers.extend(ray.get(ref))
-        except Exception as exc:
-            log.debug("rankscope: relay %s did not answer: %s", route.relay_id, exc)
-    return answers
 
 
 def hub_state(handle: Any) -> str | None:

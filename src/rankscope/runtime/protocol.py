@@ -210,7 +210,7 @@ class FanOutResult:
 
 @dataclass(frozen=True)
 class RelayRoute:
-    """Probes that poll through one relay, and how to reach it: `endpoint.command.remote(
+    """Probes that poll through one relay, and how to reach it: `endpoint.commands.remote(
     relay_id, ...)` (the relay's actor, or a simulator's that hosts many relays)."""
 
     endpoint: Any

@@ -11,7 +11,7 @@ a batch waits at the hub).
 The hub's registry, liveness, events and groups stay per probe, exactly as with direct polls.
 
 A command for relayed probes skips the hub altogether: the CLI asks the hub which relay each
-probe polls through (`Hub.fan_out_routes`) and calls each relay once (`RelayCore.command`); the
+probe polls through (`Hub.fan_out_routes`) and calls each relay once (`RelayCore.commands`); the
 relay hands the command to its parked probes and returns their answers by the deadline. Through
 the hub, a fan-out cost it ~2 calls per node and every reply's bytes in and out again (at 4,096
 ranks, 3.5 s of its CPU per `stacks`).
@@ -80,7 +80,7 @@ class RelayHub(Protocol):
 
 @dataclass
 class _Gathering:
-    """A command sent to this relay's probes directly (`RelayCore.command`): who has not
+    """A command sent to this relay's probes directly (`RelayCore.commands`): who has not
     answered yet, the answers so far, and a future set once all are in."""
 
     waiting: set[str]
@@ -130,7 +130,7 @@ class RelayCore:
         self.relay_id = relay_id
         self._hub = hub
         self._endpoint = endpoint
-        """What the CLI calls `command` on (an actor handle); sent to the hub with the first
+        """What the CLI calls `commands` on (an actor handle); sent to the hub with the first
         batch that reaches it, and again after a failed one (the hub may be a new one)."""
         self._endpoint_sent = False
         self._direct: dict[str, _Gathering] = {}
@@ -177,28 +177,36 @@ class RelayCore:
             if slot.waiter is waiter:
                 slot.waiter = None
 
-    async def command(
-        self, command: Command, probe_ids: Iterable[str], deadline_s: float
-    ) -> list[CommandResult]:
-        """Hand `command` to each of `probe_ids` that polls here (at once to a parked poll,
-        else with its next one) and return their answers in by `deadline_s`. A probe this
-        relay does not know is left out: the caller counts it as not answering."""
-        now = time.time()
-        asked = [p for p in dict.fromkeys(probe_ids) if p in self._slots]
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        gathering = self._direct[command.id] = _Gathering(set(asked), [], done)
-        try:
+    async def commands(
+        self, asks: Iterable[tuple[Command, Iterable[str]]], deadline_s: float
+    ) -> dict[str, list[CommandResult]]:
+        """Hand each command to its probes that poll here (at once to a parked poll, else with
+        its next one; a probe asked several gets them together) and return their answers in
+        by `deadline_s`, by command id. A probe this relay does not know is left out: the
+        caller counts it as not answering."""
+        now, loop = time.time(), asyncio.get_running_loop()
+        per_probe: dict[str, list[Command]] = {}
+        gatherings: dict[str, _Gathering] = {}
+        for command, probe_ids in asks:
+            asked = [p for p in dict.fromkeys(probe_ids) if p in self._slots]
+            gathering = _Gathering(set(asked), [], loop.create_future())
+            if not asked:
+                gathering.done.set_result(None)
+            gatherings[command.id] = self._direct[command.id] = gathering
             for probe_id in asked:
-                self._give(probe_id, self._slots[probe_id], (command,), now, expect=False)
-            if asked:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(done), deadline_s)
+                per_probe.setdefault(probe_id, []).append(command)
+        try:
+            for probe_id, commands in per_probe.items():
+                self._give(probe_id, self._slots[probe_id], tuple(commands), now, expect=False)
+            if gatherings:
+                await asyncio.wait([g.done for g in gatherings.values()], timeout=deadline_s)
         finally:
-            del self._direct[command.id]
-        return gathering.answers
+            for command_id in gatherings:
+                self._direct.pop(command_id, None)
+        return {command_id: g.answers for command_id, g in gatherings.items()}
 
     def reply(self, result: CommandResult, command_id: str) -> None:
-        """A probe's answer: to the caller of `command` that waits for it, else sent with the
+        """A probe's answer: to the caller of `commands` that waits for it, else sent with the
         node's other answers in one hub call."""
         gathering = self._direct.get(command_id)
         if gathering is not None:
@@ -388,7 +396,7 @@ class HubRelays:
     def __init__(self) -> None:
         self._relays: dict[str, _HubRelay] = {}
         self._endpoints: dict[str, Any] = {}
-        """relay id -> what its `command` is called on; one per node ever seen (a relay that
+        """relay id -> what its `commands` is called on; one per node ever seen (a relay that
         comes back under its node's id sends its new one)."""
 
     def set_endpoint(self, relay_id: str, endpoint: Any) -> None:

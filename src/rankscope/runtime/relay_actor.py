@@ -82,13 +82,13 @@ class Relay:
         this = ray.get_runtime_context().current_actor
         self._core = RelayCore(relay_id, _HubHandle(), endpoint=this)
 
-    async def command(
-        self, relay_id: str, command: Command, probe_ids: list[str], deadline_s: float
-    ) -> list[CommandResult]:
-        """A fan-out's command for these of this node's probes (`RelayCore.command`)."""
+    async def commands(
+        self, relay_id: str, asks: list[tuple[Command, tuple[str, ...]]], deadline_s: float
+    ) -> dict[str, list[CommandResult]]:
+        """The fan-outs' commands for these of this node's probes (`RelayCore.commands`)."""
         if relay_id != self._core.relay_id:
-            return []
-        return await self._core.command(command, probe_ids, deadline_s)
+            return {}
+        return await self._core.commands(asks, deadline_s)
 
     async def poll(self, request: PollRequest, wait_s: float) -> PollReply:
         return await self._core.poll(request, wait_s)

@@ -49,11 +49,14 @@ def collect_stacks(
     """Stacks of every process in `probes`, by probe when it answers, else by py-spy; and of
     their child processes by py-spy (those py-spy cannot read, not Python, are left out)."""
     live = [p for p in probes if p.state != ProbeState.DEAD]
-    asked = client.start_fan_out("stacks", live, deadline_s=deadline_s) if live else None
-    kids = (
-        client.start_fan_out("children", live, deadline_s=deadline_s) if live and children else None
-    )
-    result = asked() if asked is not None else None  # both in one round trip per probe
+    with client.together():  # both in one round trip per probe
+        asked = client.start_fan_out("stacks", live, deadline_s=deadline_s) if live else None
+        kids = (
+            client.start_fan_out("children", live, deadline_s=deadline_s)
+            if live and children
+            else None
+        )
+    result = asked() if asked is not None else None
     by_id = {p.info.probe_id: p for p in live}
     gathered: list[ProcessStacks] = []
     fallback: list[tuple[ProbeStatus, str]] = []
