@@ -248,7 +248,8 @@ def test_through_a_relay_a_probe_heartbeats_once_an_interval_and_keeps_the_relay
 
 
 def test_held_events_are_bounded_and_a_dead_relayed_probe_leaves_its_relay(tmp_path):
-    from rankscope.runtime.relay import MAX_HELD_EVENTS, HubRelays
+    from rankscope.runtime.hub_relays import HubRelays
+    from rankscope.runtime.relay import MAX_HELD_EVENTS
 
     many = tuple(Event("e", float(i), {}) for i in range(MAX_HELD_EVENTS))
     merged = merge_requests(_request(0, 1, many), _request(0, 2, many[:10]))

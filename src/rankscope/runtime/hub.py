@@ -28,6 +28,7 @@ from rankscope._version import __version__
 from rankscope.config import HUB_NAME, Config, hub_namespace
 from rankscope.runtime.capacity import HeartbeatCost, dead_after_for, heartbeat_interval
 from rankscope.runtime.coordination import Claims, Exchanges
+from rankscope.runtime.hub_relays import HubRelays
 from rankscope.runtime.liveness import NODE_SWEEP_S, dead_nodes, process_still_exists
 from rankscope.runtime.mailbox import PendingReplies
 from rankscope.runtime.protocol import (
@@ -46,7 +47,6 @@ from rankscope.runtime.protocol import (
     Progress,
 )
 from rankscope.runtime.registry import ProbeRecord, Registry
-from rankscope.runtime.relay import HubRelays
 from rankscope.runtime.run_dir import (
     EventSink,
     choose_run_dir,

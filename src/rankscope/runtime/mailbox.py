@@ -39,7 +39,7 @@ class Mailbox:
     """Commands pushed out, oldest first, because the probe did not poll them in time."""
     also_wake: asyncio.Event | None = None
     """Set too when a command is posted: the batched poll of the relay this probe polls
-    through (`relay.HubRelays`) waits on it for all of its node's probes at once."""
+    through (`hub_relays.HubRelays`) waits on it for all of its node's probes at once."""
 
     def post(self, command: Command) -> None:
         """Queue `command`, dropping (and counting) the oldest when the mailbox is full."""

@@ -58,7 +58,7 @@ class ProbeRecord:
     interval: float = 0.0
     """The heartbeat interval the hub last asked of it (`capacity`); 0: the configured one."""
     relay: str | None = None
-    """The relay it polls through (`relay.HubRelays`), None when it polls the hub itself."""
+    """The relay it polls through (`hub_relays.HubRelays`), None when it polls the hub itself."""
 
     def heard_from(self, request: PollRequest, now: float) -> None:
         """A heartbeat: the probe is alive (unless its node is gone), and this is its latest
