@@ -129,6 +129,25 @@ def _wait_registered(sims: list[Any]) -> float:
     return time.monotonic() - start
 
 
+def _wait_relayed(job: str, n: int, timeout_s: float = 120.0) -> float:
+    """Wait until every probe of `job` polls through a relay, when the hub asks for relays
+    (past 256 live probes): a probe learns it from its first direct poll's reply, which at
+    4,096 ranks may wait out a long interval, and a command in between measures the start-up,
+    not the steady state."""
+    from rankscope.runtime.client import HubClient
+
+    start = time.monotonic()
+    if n <= 256 or os.environ.get("RANKSCOPE_RELAY_ABOVE") == "-1":
+        return 0.0
+    client = HubClient.attach()
+    while time.monotonic() - start < timeout_s:
+        probes = client.jobs(job, summaries=[]).get(job, [])
+        if len(probes) >= n and all(p.relay for p in probes):
+            break
+        time.sleep(1.0)
+    return time.monotonic() - start
+
+
 def _run_cli(args: list[str]) -> tuple[float, int, str]:
     from typer.testing import CliRunner
 
@@ -152,6 +171,7 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
     try:
         took = _wait_registered(sims)
         print(f"  {n} probes registered in {took:.1f}s", flush=True)
+        print(f"  every probe through its relay {_wait_relayed(job, n):.1f}s later", flush=True)
         time.sleep(args.settle)
         t0, c0 = time.time(), _cpu(hub_proc)
         time.sleep(args.window)

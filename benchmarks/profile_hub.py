@@ -46,6 +46,9 @@ def main() -> int:
     sims = bench_scale._start_sims(address, "sim", args.n, args.per_sim, tempfile.mkdtemp(), 64)
     try:
         print(f"{args.n} probes registered in {bench_scale._wait_registered(sims):.1f}s")
+        print(
+            f"every probe through its relay {bench_scale._wait_relayed('sim', args.n):.1f}s later"
+        )
         time.sleep(5.0)
         spy = subprocess.Popen(
             [pyspy_executable() or "py-spy", "record", "-p", str(hub.pid), "-r", "50",
