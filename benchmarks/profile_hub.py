@@ -2,9 +2,9 @@
 
 Starts a local Ray cluster, a fresh hub and N simulated probes (probe_sim.py, relays on past
 256 probes, as `bench_scale.py` does), then runs each command in --cmd (--repeat times) through
-the CLI's typer app while py-spy samples the hub; prints each command's wall time and the hub's
-CPU time (and their medians), and writes py-spy's collapsed stacks (`--format raw`) to --out for
-reading with any flamegraph tool.
+the CLI's typer app while py-spy samples the hub; prints each command's wall time, the hub's CPU
+time and the CLI's (and their medians), and writes py-spy's collapsed stacks (`--format raw`) to
+--out for reading with any flamegraph tool.
 
 Run: .venv/bin/python benchmarks/profile_hub.py --n 4096 --cmd stacks,hang --out hub.txt
 """
@@ -25,6 +25,8 @@ os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="rs-prof-", dir="/tm
 os.environ.setdefault("RANKSCOPE_RELAY_ABOVE", "256")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import psutil
+
 import bench_scale
 from rankscope.stacks.pyspy import pyspy_executable
 
@@ -43,6 +45,7 @@ def main() -> int:
     address = ray.get_runtime_context().gcs_address
     bench_scale._fresh_hub(ray)
     hub = bench_scale._hub_process()
+    cli = psutil.Process()  # the CLI runs in this process (typer's CliRunner)
     sims = bench_scale._start_sims(address, "sim", args.n, args.per_sim, tempfile.mkdtemp(), 64)
     try:
         print(f"{args.n} probes registered in {bench_scale._wait_registered(sims):.1f}s")
@@ -57,18 +60,23 @@ def main() -> int:
         )  # fmt: skip
         time.sleep(1.0)
         for command in args.cmd.split(","):
-            times, cpus = [], []
+            times, cpus, cli_cpus = [], [], []
             for _ in range(args.repeat):
-                before = bench_scale._cpu(hub)
+                before, cli_before = bench_scale._cpu(hub), bench_scale._cpu(cli)
                 took, code, _ = bench_scale._run_cli([command, "--job", "sim"])
-                used = bench_scale._cpu(hub) - before
+                used, cli_used = bench_scale._cpu(hub) - before, bench_scale._cpu(cli) - cli_before
                 times.append(took)
                 cpus.append(used)
-                print(f"{command}: {took:.2f}s, exit {code}, hub CPU {used:.2f}s", flush=True)
+                cli_cpus.append(cli_used)
+                print(
+                    f"{command}: {took:.2f}s, exit {code}, hub CPU {used:.2f}s, "
+                    f"CLI CPU {cli_used:.2f}s",
+                    flush=True,
+                )
             if args.repeat > 1:
                 print(
                     f"{command} median: {statistics.median(times):.2f}s, hub CPU "
-                    f"{statistics.median(cpus):.2f}s",
+                    f"{statistics.median(cpus):.2f}s, CLI CPU {statistics.median(cli_cpus):.2f}s",
                     flush=True,
                 )
         spy.send_signal(2)

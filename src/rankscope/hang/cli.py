@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
+from rankscope.cli.common import (
+    Address,
+    ExitCode,
+    Group,
+    Job,
+    Json,
+    gc_paused,
+    handle_errors,
+    out,
+)
 
 app = typer.Typer()
 
@@ -31,7 +40,8 @@ def hang(
     from rankscope.hang.collect import hang_reports
     from rankscope.hang.render import render_hang
 
-    reports = hang_reports(address, job, min_wait, group)
+    with gc_paused():  # thousands of ranks' answers
+        reports = hang_reports(address, job, min_wait, group)
     if as_json:
         out.print_json(to_json("hang", reports))
     else:

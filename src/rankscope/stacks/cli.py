@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
+from rankscope.cli.common import (
+    Address,
+    ExitCode,
+    Group,
+    Job,
+    Json,
+    gc_paused,
+    handle_errors,
+    out,
+)
 
 app = typer.Typer()
 
@@ -41,7 +50,8 @@ def stacks(
     from rankscope.stacks.collect import stack_reports
     from rankscope.stacks.render import render_stacks
 
-    reports = stack_reports(address, job, ranks, deadline, group=group)
+    with gc_paused():  # thousands of ranks' answers
+        reports = stack_reports(address, job, ranks, deadline, group=group)
     if as_json:
         out.print_json(to_json("stacks", reports))
     else:
