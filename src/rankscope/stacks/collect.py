@@ -187,9 +187,10 @@ def stack_reports(
                 f"--ranks {ranks}: no registered process of job {job_id} has those ranks"
             )
         first = collect_stacks(client, chosen, deadline_s=deadline_s)
+        looked_at = time.monotonic()
         report = group_stacks(job_id, first)
-        if report.findings:
-            time.sleep(confirm_after_s)
+        if report.findings:  # the second look a second after the first, its grouping included
+            time.sleep(max(0.0, confirm_after_s - (time.monotonic() - looked_at)))
             sampled = len(chosen) > CONFIRM_ALL_UPTO
             if sampled:  # a sample of each finding's ranks again
                 sample = confirm_sample(report)
