@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rankscope.hang.model import CallState, CollectiveRecord, Death, DeathKind
@@ -278,6 +278,15 @@ def _waiting_elsewhere(
     return None
 
 
+_COMPARED: tuple[tuple[str, Callable[[CollectiveRecord], Hashable], Callable[..., str]], ...] = (
+    ("called", lambda c: c.op, lambda c: c.op),
+    ("passed", lambda c: (c.shapes, c.dtypes), lambda c: c.tensors),
+)
+"""What must match across ranks at one sequence number: the op, then the tensors (compared as
+shapes and dtypes, written out only for the message: at 4,096 ranks writing every record's
+tensors out was a third of the analysis)."""
+
+
 def _mismatches(name: str, per_rank: dict[int, list[CollectiveRecord]]) -> list[HangFinding]:
     """The first sequence number at which the ranks' calls differ (later ones follow from it)."""
     by_seq: dict[int, dict[int, CollectiveRecord]] = {}
@@ -288,7 +297,7 @@ def _mismatches(name: str, per_rank: dict[int, list[CollectiveRecord]]) -> list[
         calls = by_seq[seq]
         if len(calls) < 2 or len({c.source for c in calls.values()}) > 1:
             continue  # two recorders name the same op differently (all_gather_into_tensor)
-        for what, key in (("called", lambda c: c.op), ("passed", lambda c: c.tensors)):
+        for what, key, text in _COMPARED:
             values = {r: key(c) for r, c in calls.items()}
             counts = Counter(values.values())
             if len(counts) < 2:
@@ -296,10 +305,10 @@ def _mismatches(name: str, per_rank: dict[int, list[CollectiveRecord]]) -> list[
             majority = counts.most_common(1)[0][0]
             odd = sorted(r for r, v in values.items() if v != majority)
             rest = sorted(r for r, v in values.items() if v == majority)
-            odd_text = "; ".join(f"rank {r} {what} {values[r]}" for r in odd)
+            odd_text = "; ".join(f"rank {r} {what} {text(calls[r])}" for r in odd)
             message = (
-                f"group {name} #{seq}: {odd_text} where {_ranks(rest)} {what} {majority}"
-                f" (at {calls[odd[0]].caller})"
+                f"group {name} #{seq}: {odd_text} where {_ranks(rest)} {what} "
+                f"{text(calls[rest[0]])} (at {calls[odd[0]].caller})"
             )
             return [HangFinding(FindingKind.MISMATCH, message, name, tuple(odd), seq)]
     return []
