@@ -220,8 +220,11 @@ class HubClient:
         def result() -> FanOutResult:
             if ask.result is None:
                 self._send_together()
-            assert ask.result is not None
-            return ask.result()
+            if ask.result is None:  # its `together` block ended in an error before it went
+                self._send([ask])
+            reader = ask.result
+            assert reader is not None  # `_send` sets it
+            return reader()
 
         return result
 

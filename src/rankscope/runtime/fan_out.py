@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rankscope.runtime.protocol import (
@@ -51,9 +51,9 @@ class _RelayAnswers:
     routes: tuple[RelayRoute, ...]
     refs: list[Any]
     timeout_s: float
-    by_command: dict[str, list[CommandResult]] | None = None
-    relayed: set[str] = field(default_factory=set)
+    relayed: set[str]
     """Probe ids asked through a relay."""
+    by_command: dict[str, list[CommandResult]] | None = None
 
     def answers(self, command_id: str) -> list[CommandResult]:
         if self.by_command is None:
@@ -84,8 +84,8 @@ def send_together(
         ]
         batch = [(command, probe_ids) for command, probe_ids in batch if probe_ids]
         refs.append(route.endpoint.commands.remote(route.relay_id, batch, deadline))
-    relays = _RelayAnswers(routes.relayed, refs, deadline + RELAY_CALL_MARGIN_S)
-    relays.relayed = {p for route in routes.relayed for p in route.probe_ids}
+    relayed = {p for route in routes.relayed for p in route.probe_ids}
+    relays = _RelayAnswers(routes.relayed, refs, deadline + RELAY_CALL_MARGIN_S, relayed)
     for ask, command in zip(asks, commands, strict=True):
         mine = [p.info.probe_id for p in ask.probes if p.info.probe_id in direct]
         ref = None
