@@ -53,6 +53,12 @@ def cluster() -> Iterator[object]:
     try:
         yield c
     finally:
+        import gc
+
+        import rankscope
+
+        rankscope.shutdown()  # a probe this process started stops before Ray does
+        gc.collect()  # refs and handles in garbage cycles go while Ray's core worker is up
         ray.shutdown()
         c.shutdown()
         shutil.rmtree(_RAY_TMP, ignore_errors=True)

@@ -91,17 +91,22 @@ def send_together(
         ref = None
         if mine:
             ref = hub.fan_out.remote(ask.kind, ask.args, probe_ids=mine, deadline_s=ask.deadline_s)
-        ask.result = _reader(ask, command, ref, relays, get, hub_wait_s + (ask.deadline_s or 0.0))
+        timeout_s = hub_wait_s + (ask.deadline_s or 0.0)
+        ask.result = _reader(ask.probes, command, ref, relays, get, timeout_s)
 
 
 def _reader(
-    ask: Ask,
+    probes: list[ProbeStatus],
     command: Command,
     ref: Any,
     relays: _RelayAnswers,
     get: Callable[[Any, float], Any],
     timeout_s: float,
 ) -> Callable[[], FanOutResult]:
+    """The fan-out's result, read once asked for. It holds no reference to its `Ask`: a cycle
+    would keep its object refs alive until a full collection, which may come after Ray's
+    shutdown (freeing a ref then can crash the process)."""
+
     def result() -> FanOutResult:
         through_hub = FanOutResult((), ())
         if ref is not None:
@@ -110,7 +115,7 @@ def _reader(
         answered = {r.probe_id for r in answers}
         missing = tuple(
             p
-            for p in ask.probes
+            for p in probes
             if p.info.probe_id in relays.relayed and p.info.probe_id not in answered
         )
         return FanOutResult(through_hub.replies + tuple(answers), through_hub.missing + missing)
