@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -70,6 +71,17 @@ def line_of(function: object, text: str) -> int:
 
     lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
     return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def seen_in(function: object, file: str) -> str:
+    """A pattern for a rank caught in `function`'s wait loop: on any of its lines, maybe inside a
+    library call it makes (`exists <- wait_for_data workers.py:158`): a sample lands anywhere."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
+    numbers = "|".join(str(first + i) for i in range(len(lines)))
+    name = function.__name__  # type: ignore[attr-defined]
+    return rf"(?:\w+ <- )?{name} {re.escape(file)}:(?:{numbers})\b"
 
 
 def cluster_address() -> str:
