@@ -50,7 +50,7 @@ from rankscope.runtime.protocol import (
     Progress,
 )
 from rankscope.runtime.relay import RelayCore
-from rankscope.stacks.model import Frame, ThreadStack
+from rankscope.stacks.model import Frame, ThreadStack, active_thread, headline
 
 RANKS_PER_NODE = 8
 """Simulated ranks per simulated node: each node's ranks share one relay when the hub asks."""
@@ -135,6 +135,12 @@ def helper_threads() -> tuple[ThreadStack, ...]:
 def stacks_payload(rank: int) -> tuple[ThreadStack, ...]:
     """What the `stacks` command returns: every Python thread, innermost frame first."""
     return (main_thread(rank % ODD_EVERY == ODD_EVERY - 1), *helper_threads())
+
+
+def where_now(threads: tuple[ThreadStack, ...]) -> str | None:
+    """What the `where` command returns: the busiest thread's headline."""
+    thread = active_thread(threads)
+    return None if thread is None else headline(thread.frames)
 
 
 def collective_records(rank: int, count: int, now: float) -> tuple[CollectiveRecord, ...]:
@@ -311,6 +317,8 @@ class SimProbe:
         and kept: one simulator answers for many ranks on one core, a real rank for itself."""
         if command.kind == "stacks":
             return self._cached("stacks", lambda: stacks_payload(self.rank))
+        if command.kind == "where":  # as hang.evidence.where_now
+            return self._cached("where", lambda: where_now(stacks_payload(self.rank)))
         if command.kind == "children":
             return CommandResult(self.probe_id, True, payload=())
         if command.kind == "collectives":  # one group: its newest `per_group`, as the probe

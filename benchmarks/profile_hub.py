@@ -38,6 +38,7 @@ def main() -> int:
     parser.add_argument("--per-sim", type=int, default=1024, help="probes per simulator")
     parser.add_argument("--out", default="hub-profile.txt", help="py-spy's collapsed stacks")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each command")
+    parser.add_argument("--cli-out", default="", help="py-spy's collapsed stacks of the CLI too")
     args = parser.parse_args()
     import ray
 
@@ -58,6 +59,28 @@ def main() -> int:
              "-f", "raw", "-o", args.out, "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
+        spies = [spy]
+        if args.cli_out:
+            spies.append(
+                subprocess.Popen(
+                    [
+                        pyspy_executable() or "py-spy",
+                        "record",
+                        "-p",
+                        str(cli.pid),
+                        "-r",
+                        "100",
+                        "-f",
+                        "raw",
+                        "-o",
+                        args.cli_out,
+                        "--nonblocking",
+                        "--threads",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         time.sleep(1.0)
         for command in args.cmd.split(","):
             times, cpus, cli_cpus = [], [], []
@@ -79,9 +102,14 @@ def main() -> int:
                     f"{statistics.median(cpus):.2f}s, CLI CPU {statistics.median(cli_cpus):.2f}s",
                     flush=True,
                 )
-        spy.send_signal(2)
-        spy.wait(30)
-        print(f"py-spy's samples of the hub: {args.out}")
+        for each in spies:
+            each.send_signal(2)
+        for each in spies:
+            each.wait(30)
+        print(
+            f"py-spy's samples of the hub: {args.out}"
+            + (f", of the CLI: {args.cli_out}" if args.cli_out else "")
+        )
     finally:
         for sim in sims:
             sim.terminate()

@@ -9,6 +9,8 @@ from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
 from helpers import wait_registered
+from rankscope.hang.collect import whereabouts
+from rankscope.runtime.client import HubClient
 from workers import EngineOwner, wait_until
 
 
@@ -34,6 +36,15 @@ def test_stacks_show_a_ranks_child_process_labelled_as_its_child(cluster):
 
         text = CliRunner().invoke(cli.app, ["stacks", "--group", "engine-test"]).output
         assert f"rank 0's child pid {child}: generate_tokens" in text
+
+        # `hang` says where the rank is, and where the engine it waits for is
+        client = HubClient.attach()
+        members = [p for p in client.probes() if p.context.group == "engine-test"]
+        with client.together():
+            located = client.start_fan_out("where", members, deadline_s=5.0)
+            kids = client.start_fan_out("children", members, deadline_s=5.0)
+        [where] = whereabouts(located(), kids(), members, 5.0).values()
+        assert f"; its child pid {child} (" in where and ") is in generate_tokens" in where, where
     finally:
         ray.get(owner.stop_engine.remote())
         ray.kill(owner)

@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 import rankscope.cli.main as cli
 from helpers import probes_by_pid, wait_registered
 from rankscope.config import Config
+from rankscope.hang.collect import whereabouts
 from rankscope.runtime.client import HUB_RESTART_WAIT_S, HubClient
 from rankscope.runtime.hub import find_hub
 from rankscope.runtime.liveness import NODE_SWEEP_S
@@ -217,6 +218,17 @@ def test_a_frozen_rank_and_a_hub_killed_mid_fan_out(cluster):
         assert sources.get(0) == "probe", report
         assert sources.get(1) == "py-spy", report  # taken from outside: it is frozen
         assert took < 2 + 15, took  # the deadline, then one py-spy, never the frozen rank
+
+        # `hang` asks only where each rank is: the frozen rank's answer comes from py-spy too
+        client = HubClient.attach()
+        members = [p for p in client.probes(_job()) if p.context.group == group]
+        with client.together():
+            located = client.start_fan_out("where", members, deadline_s=2.0)
+            kids = client.start_fan_out("children", members, deadline_s=2.0)
+        where = whereabouts(located(), kids(), members, 2.0)
+        by_rank = {p.context.rank: where.get(p.info.probe_id) for p in members}
+        assert "train test_faults_cluster.py:" in (by_rank[0] or ""), by_rank  # its own answer
+        assert by_rank[1], by_rank  # py-spy's, as for `stacks`
 
         # the hub killed while `stacks` waits out its deadline for the frozen rank
         hub = find_hub()

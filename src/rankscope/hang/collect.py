@@ -12,9 +12,9 @@ from rankscope.hang.evidence import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.hang.flight import merge_flight
 from rankscope.hang.model import DeathKind, RecorderSnapshot
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.protocol import FanOutResult, ProbeState, ProbeStatus
 from rankscope.runtime.selection import by_group, filter_group
-from rankscope.stacks.collect import collect_stacks
+from rankscope.stacks.collect import children_stacks, pyspy_all, unanswered
 from rankscope.stacks.model import active_thread, headline
 
 DEADLINE_S = 2.0
@@ -37,33 +37,16 @@ def hang_report(
     ranked = _newest_per_rank(ranked)
     live = [p for p in ranked if p.state != ProbeState.DEAD]
     window = {"per_group": WINDOW_PER_GROUP} if len(live) > INLINE_RANKS else None
-    with client.together():  # the recorders and the stacks in one round trip
-        asked = (
-            client.start_fan_out("collectives", live, args=window, deadline_s=deadline_s)
-            if live
-            else None
-        )
-        stacks = collect_stacks(client, live, deadline_s=deadline_s)
     snapshots: dict[str, RecorderSnapshot] = {}
-    if asked is not None:
-        snapshots = {r.probe_id: r.payload for r in asked().replies if r.ok}
-    refreshed = _with_last_summaries(client, job_id, ranked, answered=snapshots)
     where: dict[str, str] = {}
-    children: dict[str, list[str]] = {}
-    for s in stacks:
-        thread = active_thread(s.threads)
-        if thread is None:
-            continue
-        if s.parent is None:
-            where[s.status.info.probe_id] = headline(thread.frames)
-        else:  # an engine the rank started: where it is says what the rank waits for
-            ctx = s.status.context
-            children.setdefault(s.parent.info.probe_id, []).append(
-                f"its child pid {ctx.pid} ({ctx.actor_class}) is in {headline(thread.frames)}"
-            )
-    for probe_id, lines in children.items():
-        if probe_id in where:
-            where[probe_id] = "; ".join([where[probe_id], *lines])
+    if live:
+        with client.together():  # recorders, whereabouts and child processes in one round trip
+            asked = client.start_fan_out("collectives", live, args=window, deadline_s=deadline_s)
+            located = client.start_fan_out("where", live, deadline_s=deadline_s)
+            kids = client.start_fan_out("children", live, deadline_s=deadline_s)
+        snapshots = {r.probe_id: r.payload for r in asked().replies if r.ok}
+        where = whereabouts(located(), kids(), live, deadline_s)
+    refreshed = _with_last_summaries(client, job_id, ranked, answered=snapshots)
     dead = [p for p in ranked if p.state == ProbeState.DEAD]
     deaths = find_deaths(dead) if dead else {}
     known = client.groups(job_id) if ranked else {}  # summaries carry no rank lists
@@ -91,6 +74,27 @@ def hang_report(
             )
         )
     return dataclasses.replace(analyze_hang(job_id, evidence, time.time(), min_wait_s), group=group)
+
+
+def whereabouts(
+    located: FanOutResult, kids: FanOutResult, live: list[ProbeStatus], deadline_s: float
+) -> dict[str, str]:
+    """Where each rank is, by probe id: its own answer, else py-spy's; then where the child
+    processes it started are (an engine's whereabouts say what the rank waits for)."""
+    by_id = {p.info.probe_id: p for p in live}
+    where = {r.probe_id: r.payload for r in located.replies if r.ok and r.payload}
+    for s in [*pyspy_all(unanswered(located, by_id, deadline_s)), *children_stacks(kids, by_id)]:
+        thread = active_thread(s.threads)
+        if thread is None:
+            continue
+        if s.parent is None:
+            where[s.status.info.probe_id] = headline(thread.frames)
+        elif s.parent.info.probe_id in where:
+            ctx = s.status.context
+            where[s.parent.info.probe_id] += (
+                f"; its child pid {ctx.pid} ({ctx.actor_class}) is in {headline(thread.frames)}"
+            )
+    return where
 
 
 def _with_flight_groups(snapshot: RecorderSnapshot) -> dict[str, tuple[int, ...]]:

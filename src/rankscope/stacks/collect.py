@@ -59,19 +59,16 @@ def collect_stacks(
     result = asked() if asked is not None else None
     by_id = {p.info.probe_id: p for p in live}
     gathered: list[ProcessStacks] = []
-    fallback: list[tuple[ProbeStatus, str]] = []
     if result is not None:
-        for reply in result.replies:
-            status = by_id[reply.probe_id]
-            if reply.ok:
-                gathered.append(ProcessStacks(status, tuple(reply.payload), "probe"))
-            else:
-                fallback.append((status, f"probe failed: {reply.error}"))
-        fallback.extend((s, f"probe did not answer within {deadline_s:g}s") for s in result.missing)
-    gathered.extend(_pyspy_all(fallback))
+        gathered.extend(
+            ProcessStacks(by_id[r.probe_id], tuple(r.payload), "probe")
+            for r in result.replies
+            if r.ok
+        )
+        gathered.extend(pyspy_all(unanswered(result, by_id, deadline_s)))
     if result is not None and kids is not None:
         answered = {r.probe_id: by_id[r.probe_id] for r in result.replies if r.ok}
-        gathered.extend(_children_stacks(kids(), answered))
+        gathered.extend(children_stacks(kids(), answered))
     now = time.time()
     gathered.extend(
         ProcessStacks(p, (), "none", f"process is dead ({_why_dead(p, now)})")
@@ -81,12 +78,21 @@ def collect_stacks(
     return gathered
 
 
+def unanswered(
+    result: FanOutResult, by_id: dict[str, ProbeStatus], deadline_s: float
+) -> list[tuple[ProbeStatus, str]]:
+    """The probes of a fan-out that failed or stayed silent, and why: py-spy's targets."""
+    failed = [(by_id[r.probe_id], f"probe failed: {r.error}") for r in result.replies if not r.ok]
+    silent = [(s, f"probe did not answer within {deadline_s:g}s") for s in result.missing]
+    return failed + silent
+
+
 def _why_dead(probe: ProbeStatus, now: float) -> str:
     """The hub's reason ("node gone: ..."), else how long ago it was last heard from."""
     return probe.reason or f"last heard {now - probe.last_seen:.0f}s ago"
 
 
-def _children_stacks(asked: FanOutResult, by_id: dict[str, ProbeStatus]) -> list[ProcessStacks]:
+def children_stacks(asked: FanOutResult, by_id: dict[str, ProbeStatus]) -> list[ProcessStacks]:
     """py-spy the child processes `asked` (the `children` fan-out) found of the ranks in
     `by_id` (those that answered `stacks`)."""
     targets = [
@@ -100,7 +106,7 @@ def _children_stacks(asked: FanOutResult, by_id: dict[str, ProbeStatus]) -> list
     }
     return [
         dataclasses.replace(stacks, parent=parent_of[stacks.status.info.probe_id])
-        for stacks in _pyspy_all(targets)
+        for stacks in pyspy_all(targets)
         if stacks.source == "py-spy"
     ]
 
@@ -123,7 +129,7 @@ the deadline at once (measured with the probe simulator: 512 silent probes, a ta
 `stacks` take 42 s instead of 4.5 s). The others are reported without a stack, and why."""
 
 
-def _pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:
+def pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:
     """py-spy the first MAX_PYSPY targets in parallel: one task per node, pinned to it."""
     if not targets:
         return []
