@@ -12,6 +12,7 @@ import enum
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from rankscope.hang.model import CallState, CollectiveRecord, Death, DeathKind
 from rankscope.ranks import format_ranks
@@ -279,12 +280,15 @@ def _waiting_elsewhere(
 
 
 _COMPARED: tuple[tuple[str, Callable[[CollectiveRecord], Hashable], Callable[..., str]], ...] = (
-    ("called", lambda c: c.op, lambda c: c.op),
-    ("passed", lambda c: (c.shapes, c.dtypes), lambda c: c.tensors),
+    ("called", attrgetter("op"), lambda c: c.op),
+    ("passed", attrgetter("shapes", "dtypes"), lambda c: c.tensors),
 )
 """What must match across ranks at one sequence number: the op, then the tensors (compared as
 shapes and dtypes, written out only for the message: at 4,096 ranks writing every record's
 tensors out was a third of the analysis)."""
+
+
+_SOURCE = attrgetter("source")
 
 
 def _mismatches(name: str, per_rank: dict[int, list[CollectiveRecord]]) -> list[HangFinding]:
@@ -295,13 +299,13 @@ def _mismatches(name: str, per_rank: dict[int, list[CollectiveRecord]]) -> list[
             by_seq.setdefault(rec.seq, {})[rank] = rec
     for seq in sorted(by_seq):
         calls = by_seq[seq]
-        if len(calls) < 2 or len({c.source for c in calls.values()}) > 1:
+        if len(calls) < 2 or len(set(map(_SOURCE, calls.values()))) > 1:
             continue  # two recorders name the same op differently (all_gather_into_tensor)
         for what, key, text in _COMPARED:
+            if len(set(map(key, calls.values()))) < 2:
+                continue  # all agree: the common case, and the cheap one
             values = {r: key(c) for r, c in calls.items()}
             counts = Counter(values.values())
-            if len(counts) < 2:
-                continue
             majority = counts.most_common(1)[0][0]
             odd = sorted(r for r, v in values.items() if v != majority)
             rest = sorted(r for r, v in values.items() if v == majority)
