@@ -48,6 +48,7 @@ from rankscope.runtime.protocol import (
     PollRequest,
     ProbeInfo,
     Progress,
+    Summaries,
 )
 from rankscope.runtime.relay import RelayCore
 from rankscope.stacks.model import Frame, ThreadStack, active_thread, headline
@@ -187,14 +188,16 @@ def recorder_snapshot(
     )
 
 
-def summaries(rank: int, world: int, now: float) -> dict[str, Any]:
+def summaries(rank: int, world: int, now: float) -> Summaries:
     """What a real probe sends with every heartbeat (`hang.evidence`'s two summaries)."""
     odd = rank % ODD_EVERY == ODD_EVERY - 1
     where = "next_batch data.py:41" if odd else "all_reduce <- train_step train.py:88"
-    return {
-        "collectives": recorder_snapshot(rank, world, SUMMARY_RECORDS, now, with_groups=False),
-        "where": where,
-    }
+    return Summaries(
+        {
+            "collectives": recorder_snapshot(rank, world, SUMMARY_RECORDS, now, with_groups=False),
+            "where": where,
+        }
+    )
 
 
 def heartbeat_bytes(world: int, first: bool = False) -> int:

@@ -1,4 +1,5 @@
-"""A command's reply crosses the relay and the hub as bytes, unpickled only by its reader."""
+"""A command's reply and a heartbeat's summaries cross the relay and the hub as bytes,
+unpickled only by their reader."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pickle
 
 import ray.cloudpickle
 
-from rankscope.runtime.protocol import CommandResult
+from rankscope.runtime.protocol import CommandResult, PollRequest, Progress, Summaries
 
 UNPICKLED: list[str] = []
 
@@ -44,3 +45,26 @@ def test_results_compare_by_what_they_say():
     assert pickle.loads(pickle.dumps(failed)) == failed
     assert failed != CommandResult("p2", False, error="another")
     assert "unknown command x" in repr(failed)
+
+
+def test_the_hub_keeps_and_passes_on_summaries_without_unpickling_them():
+    UNPICKLED.clear()
+    beat = PollRequest("p0", Progress(1, 0.0), summaries=Summaries({"collectives": Payload("c")}))
+    at_relay = ray.cloudpickle.loads(ray.cloudpickle.dumps(beat))
+    at_hub = ray.cloudpickle.loads(ray.cloudpickle.dumps(at_relay))
+    row = at_hub.summaries.only(["collectives", "where"])  # as `Hub.list_probes` filters them
+    at_cli = ray.cloudpickle.loads(ray.cloudpickle.dumps(row))
+    assert UNPICKLED == []
+    assert list(at_cli) == ["collectives"] and len(at_cli) == 1 and "where" not in at_cli
+    assert at_cli["collectives"].name == "c" and at_cli.get("where") is None
+    assert UNPICKLED == ["c"]
+    assert at_cli["collectives"] is at_cli["collectives"]  # once
+    assert at_hub.summaries.only(["where"]) == {}
+
+
+def test_summaries_plain_pickle_refuses_still_cross_and_compare_as_dicts():
+    sent = Summaries({"later": lambda: 42, "where": "train.py:3"})
+    got = ray.cloudpickle.loads(ray.cloudpickle.dumps(sent))
+    assert got["later"]() == 42 and got["where"] == "train.py:3"
+    assert Summaries({"where": "a"}) == {"where": "a"} != Summaries({"where": "b"})
+    assert "train.py:3" in repr(got)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -20,7 +21,7 @@ def plain(value: Any) -> Any:
         return fields
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, dict):
+    if isinstance(value, dict | Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [plain(v) for v in value]

@@ -34,6 +34,7 @@ from rankscope.runtime.protocol import (
     PollRequest,
     ProbeInfo,
     Progress,
+    Summaries,
 )
 
 log = logging.getLogger("rankscope")
@@ -335,14 +336,14 @@ class Probe:
             self._events.extendleft(reversed(keep))
 
 
-def _summaries() -> dict[str, Any]:
+def _summaries() -> Summaries:
     out = {}
     for name, fn in _SUMMARIES.items():
         try:
             out[name] = fn()
         except Exception as exc:
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    return out
+    return Summaries(out)
 
 
 def _interval(asked: float, configured: float) -> float:

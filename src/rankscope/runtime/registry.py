@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
 
 from rankscope.runtime.capacity import dead_after_for
 from rankscope.runtime.mailbox import Mailbox
@@ -29,6 +28,7 @@ from rankscope.runtime.protocol import (
     ProbeState,
     ProbeStatus,
     Progress,
+    Summaries,
 )
 
 __all__ = ["MAX_DEAD_RECORDS", "MAX_GROUPS", "ProbeRecord", "Registry"]
@@ -50,7 +50,7 @@ class ProbeRecord:
     mailbox: Mailbox
     state: ProbeState = ProbeState.ALIVE
     dropped_events: int = 0
-    summaries: dict[str, Any] = field(default_factory=dict)
+    summaries: Summaries = field(default_factory=Summaries)
     checking: bool = False
     """A liveness check of this probe's process is under way; no second one is started."""
     reason: str = ""
@@ -67,7 +67,8 @@ class ProbeRecord:
         self.state = ProbeState.DEAD if self.reason else ProbeState.ALIVE
         self.progress = request.progress
         self.dropped_events = request.dropped_events
-        self.summaries = request.summaries
+        summaries = request.summaries
+        self.summaries = summaries if isinstance(summaries, Summaries) else Summaries(summaries)
 
     def settle(self, process_exists: bool, now: float, dead_after: float) -> None:
         """After a liveness check: still silent means dead when the process is gone, else
@@ -80,7 +81,7 @@ class ProbeRecord:
         its last words explain its death."""
         kept = self.summaries
         if summaries is not None and self.state != ProbeState.DEAD:
-            kept = {k: kept[k] for k in summaries if k in kept}
+            kept = kept.only(summaries)
         return ProbeStatus(
             info=self.info,
             state=self.state,
