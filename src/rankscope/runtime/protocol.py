@@ -84,10 +84,14 @@ class Summaries(Mapping[str, Any]):
 
     def only(self, names: Collection[str]) -> Summaries:
         """Those named, still packed."""
+        if not names:
+            return Summaries()
         values = {k: v for k, v in self._values.items() if k in names}
         return Summaries(values, {k: v for k, v in self._packed.items() if k in names})
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if not self._values and not self._packed:
+            return (Summaries, ())  # a row read without summaries: 4,096 a command
         as_is = {}  # not plain-picklable (a lambda, a local class): Ray's pickler takes them
         for name, value in self._values.items():
             if name not in self._packed:
