@@ -29,7 +29,7 @@ def hang_report(
     deadline_s: float = DEADLINE_S,
     group: str | None = None,
 ) -> HangReport:
-    """Ask every ranked probe for its recorder and stack; use last words for the silent.
+    """Ask every ranked probe for its recorder and where it is; use last words for the silent.
 
     `probes` are one group's (ranks are unique within a group); `group` names it in the report.
     """

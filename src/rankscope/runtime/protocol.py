@@ -2,8 +2,7 @@
 
 Everything here crosses process boundaries through Ray's pickling, so it stays small, typed and
 free of behaviour (but `CommandResult`'s payload and the `Summaries`, pickled once and passed on
-as bytes); the
-analysis layer reads the same records.
+as bytes); the analysis layer reads the same records.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def _why_dead(probe: ProbeStatus, now: float) -> str:
 
 def children_stacks(asked: FanOutResult, by_id: dict[str, ProbeStatus]) -> list[ProcessStacks]:
     """py-spy the child processes `asked` (the `children` fan-out) found of the ranks in
-    `by_id` (those that answered `stacks`)."""
+    `by_id`."""
     targets = [
         (_as_child(by_id[reply.probe_id], child), "")
         for reply in asked.replies
