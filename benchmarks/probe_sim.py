@@ -38,7 +38,7 @@ from typing import Any
 
 from rankscope._version import __version__
 from rankscope.context import RankContext
-from rankscope.hang.evidence import INLINE_RANKS
+from rankscope.hang.evidence import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
 from rankscope.runtime.protocol import (
     BatchReply,
@@ -225,6 +225,16 @@ class SimProbe:
         self.step = 0
         self._answers: dict[str, CommandResult] = {}
 
+    def prepare(self) -> None:
+        """Build and pickle the canned answers before anything is measured. A real rank builds
+        its own answer in its own process; the simulator building 1,024 ranks' answers when a
+        command first came, on the cores the hub and the CLI share, charged that command for
+        it (the first `hang` of a run took ~1 s longer)."""
+        for kind in ("stacks", "where", "children"):
+            pickle.dumps(self.answer(Command("prepare", kind)))
+        for per_group in (None, WINDOW_PER_GROUP):
+            pickle.dumps(self.answer(Command("prepare", "collectives", {"per_group": per_group})))
+
     def _cached(self, kind: str, build: Any) -> CommandResult:
         if kind not in self._answers:
             self._answers[kind] = CommandResult(self.probe_id, True, payload=build())
@@ -323,7 +333,7 @@ class SimProbe:
         if command.kind == "where":  # as hang.evidence.where_now
             return self._cached("where", lambda: where_now(stacks_payload(self.rank)))
         if command.kind == "children":
-            return CommandResult(self.probe_id, True, payload=())
+            return self._cached("children", tuple)
         if command.kind == "collectives":  # one group: its newest `per_group`, as the probe
             ring, world = min(self.sim.ring, command.args.get("per_group") or 10**9), self.sim.world
             return self._cached(
@@ -386,6 +396,8 @@ class Simulator:
         self.probes = [
             SimProbe(self, r) for r in range(args.start_rank, args.start_rank + args.probes)
         ]
+        for probe in self.probes:
+            probe.prepare()
         self.registered = self.reregistered = self.answered = self.errors = 0
         self.last_error = ""
         self.stopping = False

@@ -2,9 +2,10 @@
 
 Starts a local Ray cluster, a fresh hub and N simulated probes (probe_sim.py, relays on past
 256 probes, as `bench_scale.py` does), then runs each command in --cmd (--repeat times) through
-the CLI's typer app while py-spy samples the hub; prints each command's wall time, the hub's CPU
-time and the CLI's (and their medians), and writes py-spy's collapsed stacks (`--format raw`) to
---out for reading with any flamegraph tool.
+the CLI's typer app while py-spy samples the hub; prints each command's wall time, the CPU
+time of the hub, the CLI and the simulators (and their medians), and writes py-spy's collapsed
+stacks (`--format raw`) of the hub to --out (and of the CLI to --cli-out) for reading with any
+flamegraph tool.
 
 Run: .venv/bin/python benchmarks/profile_hub.py --n 4096 --cmd stacks,hang --out hub.txt
 """
@@ -12,6 +13,7 @@ Run: .venv/bin/python benchmarks/profile_hub.py --n 4096 --cmd stacks,hang --out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import statistics
@@ -39,6 +41,7 @@ def main() -> int:
     parser.add_argument("--out", default="hub-profile.txt", help="py-spy's collapsed stacks")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each command")
     parser.add_argument("--cli-out", default="", help="py-spy's collapsed stacks of the CLI too")
+    parser.add_argument("--sim-out", default="", help="and of one simulator's SimHost actor")
     args = parser.parse_args()
     import ray
 
@@ -54,62 +57,39 @@ def main() -> int:
             f"every probe through its relay {bench_scale._wait_relayed('sim', args.n):.1f}s later"
         )
         time.sleep(5.0)
-        spy = subprocess.Popen(
-            [pyspy_executable() or "py-spy", "record", "-p", str(hub.pid), "-r", "50",
-             "-f", "raw", "-o", args.out, "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        spies = [spy]
-        if args.cli_out:
-            spies.append(
-                subprocess.Popen(
-                    [
-                        pyspy_executable() or "py-spy",
-                        "record",
-                        "-p",
-                        str(cli.pid),
-                        "-r",
-                        "100",
-                        "-f",
-                        "raw",
-                        "-o",
-                        args.cli_out,
-                        "--nonblocking",
-                        "--threads",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+        simulators = _simulator_processes(sims)
+        targets = {args.out: hub.pid, args.cli_out: cli.pid, args.sim_out: simulators[-1].pid}
+        spies = [_spy(pid, out) for out, pid in targets.items() if out]
         time.sleep(1.0)
         for command in args.cmd.split(","):
-            times, cpus, cli_cpus = [], [], []
+            times, cpus, cli_cpus, sim_cpus = [], [], [], []
             for _ in range(args.repeat):
                 before, cli_before = bench_scale._cpu(hub), bench_scale._cpu(cli)
+                sim_before = _total_cpu(simulators)
                 took, code, _ = bench_scale._run_cli([command, "--job", "sim"])
                 used, cli_used = bench_scale._cpu(hub) - before, bench_scale._cpu(cli) - cli_before
+                sim_used = _total_cpu(simulators) - sim_before
                 times.append(took)
                 cpus.append(used)
                 cli_cpus.append(cli_used)
+                sim_cpus.append(sim_used)
                 print(
                     f"{command}: {took:.2f}s, exit {code}, hub CPU {used:.2f}s, "
-                    f"CLI CPU {cli_used:.2f}s",
+                    f"CLI CPU {cli_used:.2f}s, simulators' CPU {sim_used:.2f}s",
                     flush=True,
                 )
             if args.repeat > 1:
                 print(
                     f"{command} median: {statistics.median(times):.2f}s, hub CPU "
-                    f"{statistics.median(cpus):.2f}s, CLI CPU {statistics.median(cli_cpus):.2f}s",
+                    f"{statistics.median(cpus):.2f}s, CLI CPU {statistics.median(cli_cpus):.2f}s, "
+                    f"simulators' CPU {statistics.median(sim_cpus):.2f}s",
                     flush=True,
                 )
         for each in spies:
             each.send_signal(2)
         for each in spies:
             each.wait(30)
-        print(
-            f"py-spy's samples of the hub: {args.out}"
-            + (f", of the CLI: {args.cli_out}" if args.cli_out else "")
-        )
+        print("py-spy's samples:", ", ".join(out for out in targets if out))
     finally:
         for sim in sims:
             sim.terminate()
@@ -117,6 +97,32 @@ def main() -> int:
             sim.wait(60)
     ray.shutdown()
     return 0
+
+
+def _spy(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy sampling `pid` (all its threads, idle ones left out) into `out` until SIGINT."""
+    command = [pyspy_executable() or "py-spy", "record", "-p", str(pid), "-r", "50", "-f", "raw",
+               "-o", out, "--nonblocking", "--threads"]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _simulator_processes(sims: list[subprocess.Popen[str]]) -> list[psutil.Process]:
+    """The simulators' drivers and their `SimHost` actors (what 512 nodes' ranks and relays
+    do on a cluster, here on the same cores as the hub and the CLI)."""
+    hosts = [
+        proc
+        for proc in psutil.process_iter(["cmdline"])
+        if (proc.info.get("cmdline") or [""])[0].startswith("ray::SimHost")
+    ]
+    return [psutil.Process(sim.pid) for sim in sims] + hosts
+
+
+def _total_cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += bench_scale._cpu(proc)
+    return total
 
 
 if __name__ == "__main__":
