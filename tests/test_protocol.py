@@ -1,5 +1,5 @@
 """A command's reply and a heartbeat's summaries cross the relay and the hub as bytes,
-unpickled only by their reader."""
+unpickled only by their reader; the records they carry cross whole."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import pickle
 
 import ray.cloudpickle
 
+from rankscope.hang.model import CallState, CollectiveRecord
 from rankscope.runtime.protocol import CommandResult, PollRequest, Progress, Summaries
+from rankscope.stacks.model import Frame
 
 UNPICKLED: list[str] = []
 
@@ -68,3 +70,15 @@ def test_summaries_plain_pickle_refuses_still_cross_and_compare_as_dicts():
     assert got["later"]() == 42 and got["where"] == "train.py:3"
     assert Summaries({"where": "a"}) == {"where": "a"} != Summaries({"where": "b"})
     assert "train.py:3" in repr(got)
+
+
+def test_records_and_frames_cross_whole_and_frames_are_built_once():
+    record = CollectiveRecord(
+        "0", 7, "all_reduce", ((4, 2),), ("float32",), 1.5, None, CallState.STARTED, "t.py:3",
+        error="x", source="torch flight recorder",
+    )  # fmt: skip
+    back = ray.cloudpickle.loads(ray.cloudpickle.dumps(record))
+    assert back == record and back.state is CallState.STARTED and back.signature == record.signature
+    frame = Frame("step", "/job/train.py", 41, False)
+    first, second = (pickle.loads(pickle.dumps((frame,))) for _ in range(2))
+    assert first == (frame,) and first[0] is second[0]  # 4,096 ranks' stacks share their frames
