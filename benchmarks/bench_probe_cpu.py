@@ -127,6 +127,8 @@ def main() -> int:
     finally:
         for sim in sims:
             sim.terminate()
+        for sim in sims:  # each writes its statistics and leaves before the cluster goes
+            sim.wait(60)
     print(
         f"\nprobe CPU, {WORKERS} gloo ranks x {args.trials} trials of {args.seconds:g} s, "
         f"{args.peers} peers on the hub, {os.cpu_count()} cores (medians over ranks and trials)"

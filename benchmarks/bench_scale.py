@@ -121,11 +121,16 @@ def _start_sims(
 
 
 def _wait_registered(sims: list[Any]) -> float:
+    """Until each simulator prints "registered N" (every probe of it is in). Ray's own warnings
+    may come first on its stdout ("(raylet) WARNING: 8 PYTHON worker processes have been
+    started..."): skipped; a simulator that exits fails with its last lines."""
     start = time.monotonic()
     for sim in sims:
-        line = sim.stdout.readline()  # "registered N", once every probe of that sim is in
-        if not line.startswith("registered"):
-            raise RuntimeError(f"simulator failed: {line!r}")
+        said: list[str] = []
+        while not (line := sim.stdout.readline()).startswith("registered"):
+            if not line:
+                raise RuntimeError(f"simulator failed: {''.join(said[-5:])!r}")
+            said.append(line)
     return time.monotonic() - start
 
 
