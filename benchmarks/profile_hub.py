@@ -4,8 +4,8 @@ Starts a local Ray cluster, a fresh hub and N simulated probes (probe_sim.py, re
 256 probes, as `bench_scale.py` does), then runs each command in --cmd (--repeat times) through
 the CLI's typer app while py-spy samples the hub; prints each command's wall time, the CPU
 time of the hub, the CLI and the simulators (and their medians), and writes py-spy's collapsed
-stacks (`--format raw`) of the hub to --out (and of the CLI to --cli-out) for reading with any
-flamegraph tool.
+stacks (`--format raw`) of the hub to --out (of the CLI to --cli-out, of one simulator's
+`SimHost` to --sim-out) for reading with any flamegraph tool.
 
 Run: .venv/bin/python benchmarks/profile_hub.py --n 4096 --cmd stacks,hang --out hub.txt
 """
