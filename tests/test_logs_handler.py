@@ -54,6 +54,19 @@ def test_records_are_json_lines_with_identity_step_and_extra(log_dir):
     assert str(handler.path).startswith(str(log_dir))
 
 
+def test_log_files_are_private(log_dir):
+    old = os.umask(0o022)  # the usual umask would leave them world-readable
+    handler = RankFileHandler()
+    try:
+        handler.emit(logging.LogRecord("rs-test-private", logging.INFO, __file__, 1, "hi", (), None))
+    finally:
+        os.umask(old)
+        handler.close()
+    assert handler.path is not None
+    assert os.stat(handler.path).st_mode & 0o777 == 0o600
+    assert os.stat(os.path.dirname(handler.path)).st_mode & 0o777 == 0o700  # the job's folder
+
+
 def test_files_rotate_by_size_with_a_bound(log_dir):
     handler = RankFileHandler(max_bytes=4000)
     logger = logging.getLogger("rs-test-rotate")

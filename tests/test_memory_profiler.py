@@ -156,6 +156,20 @@ def test_memory_error_writes_a_verdict_and_reraises(tmp_path):
     assert guard.last_report is not None and guard.last_report.path == str(written)
 
 
+def test_oom_reports_are_private(tmp_path):
+    folder = tmp_path / "new" / "ooms"
+    old = os.umask(0o022)  # the usual umask would leave them world-readable
+    try:
+        with pytest.raises(MemoryError), rankscope.oom_guard(folder):
+            raise MemoryError("cannot allocate 64 GiB")
+    finally:
+        os.umask(old)
+    (written,) = folder.glob("oom-*.json")
+    assert os.stat(written).st_mode & 0o777 == 0o600
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert os.stat(folder.parent).st_mode & 0o777 == 0o700
+
+
 def handmade_oom_message(name: str) -> str:
     with open(os.path.join(DATA, f"cuda_memory_stats_{name}.json")) as f:
         return json.load(f)["oom_message"]

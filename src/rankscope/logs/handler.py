@@ -17,6 +17,7 @@ import threading
 from json.encoder import encode_basestring_ascii
 
 from rankscope.context import get_context
+from rankscope.files import FILE_MODE, private_dirs
 from rankscope.logs import summary
 from rankscope.logs.files import ROTATE_KEEP, job_log_dir, rotated
 from rankscope.runtime.probe import progress
@@ -117,8 +118,8 @@ class RankFileHandler(logging.Handler):
     def _open(self, path: str, pid: int) -> None:
         if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        private_dirs(os.path.dirname(path))
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         self._size = os.fstat(self._fd).st_size
         self.path, self._pid = path, pid
 

@@ -18,6 +18,7 @@ import traceback
 from types import TracebackType
 from typing import Any, Literal
 
+from rankscope.files import private_dirs, write_text_atomically
 from rankscope.memory import analysis, gpus
 from rankscope.memory import snapshot as snap
 
@@ -129,9 +130,8 @@ def _default_dir() -> str:
 
 
 def _write(report: analysis.OomReport) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(report.path)), exist_ok=True)
-    with open(report.path, "w") as f:
-        json.dump(report_json(report), f, indent=2)
+    private_dirs(os.path.dirname(os.path.abspath(report.path)))
+    write_text_atomically(report.path, json.dumps(report_json(report), indent=2))
 
 
 def report_json(report: analysis.OomReport) -> dict[str, Any]:

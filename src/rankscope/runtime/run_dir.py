@@ -27,13 +27,12 @@ from dataclasses import asdict
 from typing import Any
 
 from rankscope.config import Config
+from rankscope.files import FILE_MODE, private_dirs
 from rankscope.runtime.protocol import Event
 from rankscope.serialize import parse_json
 
 __all__ = [
-    "DIR_MODE",
     "EVENT_SCAN_BYTES",
-    "FILE_MODE",
     "STEPS_PREFIX",
     "EventSink",
     "append_events",
@@ -46,9 +45,6 @@ __all__ = [
 
 log = logging.getLogger("rankscope")
 
-DIR_MODE = 0o700
-FILE_MODE = 0o600
-"""Run-directory files hold stacks, arguments and logs: the job's user only."""
 
 EVENT_SCAN_BYTES = 64 << 20
 """How far back from the end of events.jsonl a read looks for matching events."""
@@ -125,13 +121,7 @@ def append_events(run_dir: str, batch: list[tuple[str, str, Event]]) -> None:
 
 def private_dir(run_dir: str, job_id: str) -> str:
     """`<run_dir>/<job>`, created (with `run_dir`) readable by this user only; its path."""
-    job_dir = os.path.join(run_dir, job_id or "no-job")
-    if not os.path.isdir(job_dir):
-        for path in (run_dir, job_dir):
-            if not os.path.isdir(path):
-                os.makedirs(path, mode=DIR_MODE, exist_ok=True)
-                os.chmod(path, DIR_MODE)  # makedirs' mode is filtered by the umask
-    return job_dir
+    return private_dirs(os.path.join(run_dir, job_id or "no-job"))
 
 
 def tail_events(
