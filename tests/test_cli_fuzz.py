@@ -202,3 +202,45 @@ def test_random_arguments_never_crash(sandbox, path, command):
         assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized(), shown
 
     run()
+
+
+# ------------------------------------------- numbers out of range, named before anything runs
+REQUIRED = {
+    "direction": "hf-to-mcore",
+    "src": "in/model",
+    "dst": "out/model",
+    "expected": "in/a",
+    "actual": "in/b",
+    "path": "in/a",
+    "session_id": "s1",
+    "workers": "2",
+    "new_level": "light",
+}
+"""Values for required arguments, so a bad number is what the command stops at."""
+NUMBERS = [
+    (path, command, param, bad)
+    for path, command in COMMANDS
+    for param in command.params  # type: ignore[attr-defined]
+    if type(param.default) in (int, float)
+    for bad in (("-1", "nan", "inf") if isinstance(param.default, float) else ("-1",))
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "command", "param", "bad"),
+    NUMBERS,
+    ids=[f"{' '.join(p)} {param.opts[0]} {bad}" for p, _, param, bad in NUMBERS],
+)
+def test_a_number_out_of_range_is_named_before_anything_connects(
+    sandbox, path, command, param, bad
+):
+    """Every count, size and duration is finite and not negative: a bad one is refused in
+    one line naming the option, before the command reaches for a cluster or a file."""
+    required = [REQUIRED[p.name] for p in command.params if p.required and p.name != param.name]
+    args = [*path, *required, param.opts[0], bad]
+    result = CliRunner().invoke(cli.app, args)
+    shown = f"rankscope {' '.join(args)}\n{result.output}"
+    assert result.exit_code == 2, shown
+    lines = result.stderr.strip("\n").split("\n")
+    assert len(lines) == 1 and lines[0].startswith("rankscope: error: "), shown
+    assert param.opts[0] in lines[0], shown

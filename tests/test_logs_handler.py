@@ -58,7 +58,9 @@ def test_log_files_are_private(log_dir):
     old = os.umask(0o022)  # the usual umask would leave them world-readable
     handler = RankFileHandler()
     try:
-        handler.emit(logging.LogRecord("rs-test-private", logging.INFO, __file__, 1, "hi", (), None))
+        handler.emit(
+            logging.LogRecord("rs-test-private", logging.INFO, __file__, 1, "hi", (), None)
+        )
     finally:
         os.umask(old)
         handler.close()

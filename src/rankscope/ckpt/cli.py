@@ -78,14 +78,18 @@ def convert(
     model_type: Annotated[
         str | None, typer.Option("--model-type", help="llama or qwen2 (default: config.json's).")
     ] = None,
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size to write for.")] = 1,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (legacy: one per folder).")] = 1,
+    tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel size to write for.")] = 1,
+    pp: Annotated[
+        int, typer.Option("--pp", min=1, help="Pipeline stages (legacy: one per folder).")
+    ] = 1,
     fmt: Annotated[
         str, typer.Option("--format", help="torch_dist (Megatron-core), legacy or rankscope.")
     ] = "torch_dist",
     vocab_divisible_by: Annotated[
         int,
-        typer.Option("--vocab-divisible-by", help="Megatron's make_vocab_size_divisible_by."),
+        typer.Option(
+            "--vocab-divisible-by", min=1, help="Megatron's make_vocab_size_divisible_by."
+        ),
     ] = 128,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
     verify: Annotated[

@@ -11,6 +11,7 @@ import contextlib
 import enum
 import functools
 import gc
+import math
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypeVar
 
@@ -49,6 +50,20 @@ Group = Annotated[
         "--group", help="Only this group of ranks (its rendezvous HOST:PORT, or a prefix of it)."
     ),
 ]
+
+
+def over_zero(value: float | None) -> float | None:
+    """An option's callback: a finite number over 0 (seconds, sizes), refused as it is read."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value:g}: give a finite number over 0")
+    return value
+
+
+def zero_or_more(value: float | None) -> float | None:
+    """An option's callback: a finite number, 0 or more (thresholds, shares)."""
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise typer.BadParameter(f"{value:g}: give a finite number, 0 or more")
+    return value
 
 
 class ExitCode(enum.IntEnum):

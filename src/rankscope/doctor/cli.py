@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Protocol
 import typer
 from rich.console import Console
 
-from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out
+from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out, over_zero
 from rankscope.errors import UserError
 
 if TYPE_CHECKING:
@@ -149,7 +149,8 @@ def doctor(
         ),
     ] = None,
     deadline: Annotated[
-        float, typer.Option("--deadline", help="Seconds to wait for every node.")
+        float,
+        typer.Option("--deadline", callback=over_zero, help="Seconds to wait for every node."),
     ] = 30.0,
     min_driver: Annotated[
         str, typer.Option("--min-driver", help="Lowest GPU driver version that passes.")
@@ -166,7 +167,11 @@ def doctor(
     ] = None,
     gpu_memory: Annotated[
         float | None,
-        typer.Option("--gpu-memory", help="GiB per GPU (default: the cluster's, with --address)."),
+        typer.Option(
+            "--gpu-memory",
+            callback=over_zero,
+            help="GiB per GPU (default: the cluster's, with --address).",
+        ),
     ] = None,
     as_json: Json = False,
     html: Annotated[

@@ -15,6 +15,7 @@ from rankscope.cli.common import (
     gc_paused,
     handle_errors,
     out,
+    zero_or_more,
 )
 
 app = typer.Typer()
@@ -29,7 +30,11 @@ def hang(
     as_json: Json = False,
     min_wait: Annotated[
         float,
-        typer.Option("--min-wait", help="Seconds in one collective before it counts as stuck."),
+        typer.Option(
+            "--min-wait",
+            callback=zero_or_more,
+            help="Seconds in one collective before it counts as stuck.",
+        ),
     ] = 5.0,
     show_all: Annotated[
         bool, typer.Option("--all", help="Every finding and collective group, however many.")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
+from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out, over_zero
 
 app = typer.Typer()
 
@@ -82,7 +82,10 @@ def comm_bench(
         bool, typer.Option("--live", help="Run on nodes a live job uses (it shares them).")
     ] = False,
     budget: Annotated[
-        float, typer.Option("--budget", help="Seconds for the collective sweep (default 20).")
+        float,
+        typer.Option(
+            "--budget", callback=over_zero, help="Seconds for the collective sweep (default 20)."
+        ),
     ] = 20.0,
     max_bytes: Annotated[
         int, typer.Option("--max-bytes", help="Largest message (default 256 MiB).")

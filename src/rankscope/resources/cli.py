@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.common import Address, ExitCode, Json, handle_errors, out
+from rankscope.cli.common import Address, ExitCode, Json, handle_errors, out, zero_or_more
 
 app = typer.Typer()
 
@@ -31,10 +31,15 @@ def why_pending(address: Address = None, as_json: Json = False) -> None:
 @handle_errors
 def plan(
     workers: Annotated[int, typer.Argument(help="How many workers (bundles) to place.")],
-    gpus_per_worker: Annotated[float, typer.Option("--gpus-per-worker")] = 1.0,
-    cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker")] = 1.0,
+    gpus_per_worker: Annotated[
+        float, typer.Option("--gpus-per-worker", callback=zero_or_more)
+    ] = 1.0,
+    cpus_per_worker: Annotated[
+        float, typer.Option("--cpus-per-worker", callback=zero_or_more)
+    ] = 1.0,
     min_gpu_memory: Annotated[
-        float, typer.Option("--min-gpu-memory", help="GB a GPU must have free.")
+        float,
+        typer.Option("--min-gpu-memory", callback=zero_or_more, help="GB a GPU must have free."),
     ] = 0.0,
     prefer: Annotated[
         str | None,

@@ -15,6 +15,7 @@ from rankscope.cli.common import (
     gc_paused,
     handle_errors,
     out,
+    over_zero,
 )
 
 app = typer.Typer()
@@ -31,7 +32,10 @@ def stacks(
     ] = None,
     as_json: Json = False,
     deadline: Annotated[
-        float, typer.Option("--deadline", help="Seconds to wait for probes before py-spy.")
+        float,
+        typer.Option(
+            "--deadline", callback=over_zero, help="Seconds to wait for probes before py-spy."
+        ),
     ] = 2.0,
     all_frames: Annotated[
         bool, typer.Option("--all-frames", help="Do not fold library frames.")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out
+from rankscope.cli.common import Address, ExitCode, Group, Job, Json, handle_errors, out, over_zero
 from rankscope.errors import UserError
 
 app = typer.Typer()
@@ -48,7 +48,10 @@ def trace(
         int, typer.Option("--steps", help="Steps torch.profiler records (rankscope.step()).")
     ] = 2,
     budget_mb: Annotated[
-        float, typer.Option("--budget-mb", help="Largest trace file; repeated spans sampled.")
+        float,
+        typer.Option(
+            "--budget-mb", callback=over_zero, help="Largest trace file; repeated spans sampled."
+        ),
     ] = 100.0,
     as_json: Json = False,
 ) -> None:
