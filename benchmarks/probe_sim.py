@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import pickle
@@ -40,6 +41,9 @@ from rankscope._version import __version__
 from rankscope.context import RankContext
 from rankscope.hang.evidence import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+from rankscope.logs.model import TemplateStat
+from rankscope.logs.summary import within_share
+from rankscope.monitor.model import MemoryUse, MonitorSummary
 from rankscope.runtime.protocol import (
     BatchReply,
     Command,
@@ -188,14 +192,56 @@ def recorder_snapshot(
     )
 
 
+@functools.cache
+def logs_summary() -> dict[str, Any]:
+    """As `logs.summary`'s: a busy trainer's log templates (per-step lines, rollout and
+    checkpoint lines, a few warnings), as many as fit the summary's share of the heartbeat."""
+    now = time.time()
+    lines = [
+        ("INFO", "step <n> loss=<n> lr=<n> grad_norm=<n> tokens/s=<n>", 3),
+        ("INFO", "rollout batch <n> generated <n> sequences in <n>s (<n> tokens/s)", 4),
+        ("INFO", "saving checkpoint to /checkpoints/run-<n>/global_step_<n>", 2),
+        ("INFO", "actor update: pg_loss=<n> entropy=<n> kl=<n> clip_frac=<n>", 4),
+        ("INFO", "critic update: vf_loss=<n> vf_clip_frac=<n> values_mean=<n>", 3),
+        ("INFO", "timing/gen=<n> timing/ref=<n> timing/values=<n> timing/update_actor=<n>", 4),
+        ("INFO", "dataloader epoch <n> shard <n> of <n> opened", 3),
+        ("WARNING", "rollout worker <n> slow: <n>s behind the median", 2),
+        ("WARNING", "kv cache usage <n>% on replica <n>: preempting <n> sequences", 3),
+        ("INFO", "validation: score=<n> on <n> prompts (<n>s)", 3),
+        ("INFO", "memory allocated=<n> GiB reserved=<n> GiB peak=<n> GiB", 3),
+        ("INFO", "weights synced to the inference engine in <n>s (<n> GiB)", 2),
+    ]
+    stats = [
+        TemplateStat(
+            level, text, 1000 - 50 * i, now - 3600, now, (0.0,) * n, (1e4,) * n, (5e3,) * n
+        )
+        for i, (level, text, n) in enumerate(lines)
+    ]
+    head = {"time": now, "counts": {"INFO": 24_000, "WARNING": 90}, "unsummarized": 0}
+    return within_share(head, stats)
+
+
+MONITOR = MonitorSummary(
+    step=1000, step_s=0.82, tokens_per_s=48_213.5, loss=1.93, grad_norm=0.71, wait_s=0.05,
+    memory=MemoryUse(61 << 30, 80 << 30, 120 << 30, 2 << 40), loss_level=1.95,
+)  # fmt: skip
+"""As `monitor.recorder.summary`'s for a rank stepping with loss, tokens and grad_norm."""
+
+
 def summaries(rank: int, world: int, now: float) -> Summaries:
-    """What a real probe sends with every heartbeat (`hang.evidence`'s two summaries)."""
+    """What a real probe sends with every heartbeat: every feature's summary, sized as a busy
+    trainer's (`where` and `collectives` from `hang.evidence`, `logs`, `monitor`, `clock`;
+    `alerts` is None while none fired)."""
     odd = rank % ODD_EVERY == ODD_EVERY - 1
     where = "next_batch data.py:41" if odd else "all_reduce <- train_step train.py:88"
     return Summaries(
         {
             "collectives": recorder_snapshot(rank, world, SUMMARY_RECORDS, now, with_groups=False),
             "where": where,
+            "monitor": MONITOR,
+            "logs": logs_summary(),
+            "clock": {"offset_s": 0.0012, "error_s": 0.0004},
+            "alerts": None,
         }
     )
 

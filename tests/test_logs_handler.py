@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -141,3 +142,21 @@ def test_a_line_logged_right_before_sigkill_is_on_disk(tmp_path):
     with open(tmp_path / job_dir / name) as f:
         last = json.loads(f.read().splitlines()[-1])
     assert (last["level"], last["message"]) == ("WARNING", "about to die")
+
+
+def test_the_logs_summary_keeps_errors_first_within_its_share_of_the_heartbeat():
+    from rankscope.logs.model import TemplateStat
+
+    def stat(i: int, level: str, count: int) -> TemplateStat:
+        text = f"worker <n> of shard {chr(97 + i % 26) * 40} {i} finished: loss=<n> lr=<n>"
+        return TemplateStat(
+            level, text, count, 1.0e9, 1.0e9 + 5, (0.0, 1.5, 1e-4), (9.0, 2.5, 3e-4)
+        )
+
+    stats = [stat(i, "INFO", 1000 - i) for i in range(100)] + [stat(100, "ERROR", 1)]
+    summary = log_summary.within_share({"time": 1.0, "counts": {}, "unsummarized": 0}, stats)
+    assert len(pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)) <= 2048
+    kept = summary["templates"]
+    assert kept[0]["level"] == "ERROR"  # the one error, however rare, comes first
+    assert [t["count"] for t in kept[1:]] == sorted((t["count"] for t in kept[1:]), reverse=True)
+    assert 5 <= len(kept) < 100 and summary["more_templates"] == 101 - len(kept)

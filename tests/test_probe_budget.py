@@ -7,6 +7,7 @@ the last one goes through a real hub to a probe in a Ray actor.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -25,8 +26,9 @@ from rankscope.runtime.probe import (
     OWN_THREAD_PREFIX,
     Probe,
     register_handler,
+    register_summary,
 )
-from rankscope.runtime.protocol import Command
+from rankscope.runtime.protocol import SUMMARIES_BUDGET_BYTES, Command
 from rankscope.stacks.model import ThreadStack
 from workers import wait_until
 
@@ -57,7 +59,11 @@ class Blocker:
 def registry() -> Iterator[None]:
     """Test-only kinds registered in a test are gone after it."""
     handlers, off_thread = dict(probe_module._HANDLERS), set(probe_module._OFF_THREAD)
+    summaries = dict(probe_module._SUMMARIES)
     yield
+    probe_module._SUMMARIES.clear()
+    probe_module._SUMMARIES.update(summaries)
+    probe_module._over_budget.discard("test_bloated")
     probe_module._HANDLERS.clear()
     probe_module._HANDLERS.update(handlers)
     probe_module._OFF_THREAD.clear()
@@ -141,6 +147,19 @@ def test_off_thread_errors_and_unknown_commands_are_replies(registry):
     probe.stop()
     stopped = ask(probe, "test_broken")
     assert (stopped.ok, stopped.error) == (False, "the probe is stopping")
+
+
+def test_a_summary_over_the_heartbeat_budget_is_left_out_with_one_warning(registry, caplog):
+    """Features share one byte budget per heartbeat: one that outgrows it loses its own
+    summary (a note says why, a warning once), and the others' summaries still go."""
+    register_summary("test_bloated")(lambda: "z" * (2 * SUMMARIES_BUDGET_BYTES))
+    with caplog.at_level(logging.WARNING, logger="rankscope"):
+        first, second = probe_module._summaries(), probe_module._summaries()
+    assert "over the heartbeat budget" in first["test_bloated"]["error"]
+    assert sum(first.sizes().values()) <= SUMMARIES_BUDGET_BYTES
+    assert first["where"] == second["where"] and "where" in first  # the others still go
+    warned = [r for r in caplog.records if "test_bloated" in r.getMessage()]
+    assert len(warned) == 1 and "budget" in warned[0].getMessage()
 
 
 def test_budget_is_a_config_value(monkeypatch):

@@ -82,3 +82,22 @@ def test_records_and_frames_cross_whole_and_frames_are_built_once():
     frame = Frame("step", "/job/train.py", 41, False)
     first, second = (pickle.loads(pickle.dumps((frame,))) for _ in range(2))
     assert first == (frame,) and first[0] is second[0]  # 4,096 ranks' stacks share their frames
+
+
+def test_summaries_over_the_budget_lose_the_biggest_first_and_keep_the_others_packed():
+    from rankscope.runtime.probe import within_budget
+
+    summaries = Summaries({"big": "x" * 3000, "bigger": "y" * 5000, "small": {"a": 1}})
+    assert summaries.sizes()["bigger"] > 5000 and summaries.sizes()["small"] < 100
+    kept, dropped = within_budget(summaries, 4096)
+    assert [name for name, _ in dropped] == ["bigger"]  # the biggest alone brings it under
+    assert sum(kept.sizes().values()) <= 4096
+    assert kept["big"] == "x" * 3000 and kept["small"] == {"a": 1}
+    assert "over the heartbeat budget: 5" in kept["bigger"]["error"]
+    assert pickle.loads(pickle.dumps(kept)) == kept
+
+    kept, dropped = within_budget(summaries, 1000)
+    assert [name for name, _ in dropped] == ["bigger", "big"]
+    assert kept["small"] == {"a": 1}
+
+    assert within_budget(summaries, 10_000) == (summaries, [])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,11 @@ still in the file)."""
 TEMPLATES_MAX = 512
 """Templates kept per process; records of further templates count as `unsummarized`."""
 SLOTS_MAX = 8
+HEARTBEAT_SHARE_BYTES = 2048
+"""The `logs` summary's share of the heartbeat budget all features share
+(`protocol.SUMMARIES_BUDGET_BYTES`), packed: the templates that fit, errors and warnings
+first, then the most frequent; `more_templates` counts those left out (still in the file)."""
+SEVERITY = {"CRITICAL": 4, "ERROR": 3, "WARNING": 2, "INFO": 1}
 
 
 @dataclass(frozen=True)
@@ -170,11 +176,24 @@ def _summary() -> dict[str, Any] | None:
         counts: dict[str, int] = collections.Counter()
         for (lvl, _tpl), s in list(_stats.items()):
             counts[lvl] += s.count
-        _last_summary = {
-            "time": now,
-            "counts": dict(counts),
-            "templates": [asdict(t) for t in templates()[:32]],
-            "unsummarized": _unsummarized,
-        }
+        _last_summary = within_share(
+            {"time": now, "counts": dict(counts), "unsummarized": _unsummarized}, templates()
+        )
         _last_summary_at = now
     return _last_summary
+
+
+def within_share(
+    head: dict[str, Any], stats: list[TemplateStat], share: int = HEARTBEAT_SHARE_BYTES
+) -> dict[str, Any]:
+    """`head` with the templates that fit in `share` bytes packed (errors and warnings first,
+    then the most frequent) and how many were left out."""
+    order = sorted(stats, key=lambda t: (-SEVERITY.get(t.level, 0), -t.count))
+    summary = {**head, "templates": [], "more_templates": 0}
+    kept: list[dict[str, Any]] = summary["templates"]
+    for stat in order[:64]:  # a template that does not fit is skipped; a smaller one may
+        kept.append(asdict(stat))
+        if len(pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)) > share:
+            kept.pop()
+    summary["more_templates"] = len(stats) - len(kept)
+    return summary

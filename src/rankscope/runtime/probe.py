@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import pickle
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from rankscope.runtime.capacity import MAX_HEARTBEAT_S
 from rankscope.runtime.clock import ClockOffset
 from rankscope.runtime.handler_worker import Handler, HandlerWorker
 from rankscope.runtime.protocol import (
+    SUMMARIES_BUDGET_BYTES,
     Command,
     CommandResult,
     Event,
@@ -83,7 +85,8 @@ def register_handler(kind: str, *, off_thread: bool = False) -> Callable[[Handle
 
 
 def register_summary(name: str) -> Callable[[Summary], Summary]:
-    """Send `fn()` with every heartbeat, so the hub keeps what this process last reported."""
+    """Send `fn()` with every heartbeat, so the hub keeps what this process last reported.
+    Every feature's summaries share `SUMMARIES_BUDGET_BYTES`, packed (`within_budget`)."""
 
     def decorate(fn: Summary) -> Summary:
         _SUMMARIES[name] = fn
@@ -343,7 +346,40 @@ def _summaries() -> Summaries:
             out[name] = fn()
         except Exception as exc:
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    return Summaries(out)
+    kept, dropped = within_budget(Summaries(out), SUMMARIES_BUDGET_BYTES)
+    for name, size in dropped:
+        if name not in _over_budget:  # once per feature: it is a bug in that feature
+            _over_budget.add(name)
+            log.warning(
+                "rankscope probe: the %r summary (%d bytes) is left out of heartbeats that go "
+                "over the %d-byte budget all features share",
+                name, size, SUMMARIES_BUDGET_BYTES,
+            )  # fmt: skip
+    return kept
+
+
+_over_budget: set[str] = set()
+"""Summaries already warned about for going over the heartbeat budget."""
+
+
+def within_budget(summaries: Summaries, budget: int) -> tuple[Summaries, list[tuple[str, int]]]:
+    """`summaries` with the biggest ones replaced by a short note until all fit in `budget`
+    bytes packed, and which were left out with their size. A feature that outgrows its share
+    loses its own summary, not the hub's memory bound nor the other features' summaries."""
+    sizes = summaries.sizes()
+    total = sum(sizes.values())
+    if total <= budget:
+        return summaries, []
+    notes: dict[str, Any] = {}
+    dropped = []
+    for name, size in sorted(sizes.items(), key=lambda kv: -kv[1]):
+        if total <= budget:
+            break
+        note = {"error": f"over the heartbeat budget: {size} bytes ({budget} shared)"}
+        notes[name] = note
+        total += len(pickle.dumps(note, protocol=pickle.HIGHEST_PROTOCOL)) - size
+        dropped.append((name, size))
+    return summaries.replacing(notes), dropped
 
 
 def _interval(asked: float, configured: float) -> float:

@@ -56,6 +56,12 @@ class Progress:
     """Wall-clock time of the last `rankscope.step()` (or of probe start when never called)."""
 
 
+SUMMARIES_BUDGET_BYTES = 4096
+"""A heartbeat's summaries, every feature's together, packed: at most this many bytes. The hub
+keeps each probe's last ones and takes one heartbeat per probe per interval, so this bounds
+both its memory per probe and its bytes per heartbeat, whatever features are added."""
+
+
 class Summaries(Mapping[str, Any]):
     """A probe's heartbeat summaries, by feature. Each crosses processes pickled once, as
     bytes, like a `CommandResult`'s payload: relays and the hub keep and pass them on without
@@ -88,17 +94,34 @@ class Summaries(Mapping[str, Any]):
         values = {k: v for k, v in self._values.items() if k in names}
         return Summaries(values, {k: v for k, v in self._packed.items() if k in names})
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        if not self._values and not self._packed:
-            return (Summaries, ())  # a row read without summaries: 4,096 a command
-        as_is = {}  # not plain-picklable (a lambda, a local class): Ray's pickler takes them
+    def replacing(self, values: Mapping[str, Any]) -> Summaries:
+        """These with `values` in place of theirs, the others still packed."""
+        packed = {k: v for k, v in self._packed.items() if k not in values}
+        kept = {k: v for k, v in self._values.items() if k not in values and k not in packed}
+        return Summaries({**kept, **values}, packed)
+
+    def sizes(self) -> dict[str, int]:
+        """Each summary's packed size in bytes, packing it now (once: the heartbeat that
+        carries it sends these bytes); one that cannot be plain-pickled counts 0."""
+        self._pack()
+        return {name: len(self._packed.get(name, b"")) for name in self}
+
+    def _pack(self) -> dict[str, Any]:
+        """Pickle the values not packed yet; returns those that are not plain-picklable (a
+        lambda, a local class): Ray's pickler takes them as they are."""
+        as_is = {}
         for name, value in self._values.items():
             if name not in self._packed:
                 try:
                     self._packed[name] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
                 except Exception:
                     as_is[name] = value
-        return (Summaries, (as_is, self._packed))
+        return as_is
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if not self._values and not self._packed:
+            return (Summaries, ())  # a row read without summaries: 4,096 a command
+        return (Summaries, (self._pack(), self._packed))
 
     def __repr__(self) -> str:
         return f"Summaries({dict(self)!r})"
