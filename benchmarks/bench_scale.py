@@ -14,9 +14,9 @@ with its real rendering; Ray already joined, so without `ray.init`'s ~1-2 s), p5
 On a small machine the simulators compete with the hub for the same cores: wall-clock figures
 are contention-bound there; the CPU-time figures are what the capacity model is built on.
 
-Run: .venv/bin/python benchmarks/bench_scale.py             (64 and 512: `make bench`)
-     .venv/bin/python benchmarks/bench_scale.py --full      (64, 512, 1,024, 4,096; or
-     RANKSCOPE_BENCH_FULL=1 make bench)
+Run: .venv/bin/python benchmarks/bench_scale.py             (64, 512, 1,024, 4,096: `make bench`;
+     about 6 minutes on 2 cores)
+     .venv/bin/python benchmarks/bench_scale.py --quick     (64 and 512)
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ def _sample_request(world: int) -> Any:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="64, 512, 1,024 and 4,096 probes")
+    parser.add_argument("--quick", action="store_true", help="64 and 512 probes only")
     parser.add_argument("--sizes", default="", help="comma-separated probe counts")
     parser.add_argument("--per-sim", type=int, default=1024, help="probes per simulator process")
     parser.add_argument("--window", type=float, default=15.0, help="heartbeat window, s")
@@ -307,7 +307,7 @@ def main() -> int:
     )  # fmt: skip
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s] or (
-        [64, 512, 1024, 4096] if args.full or os.environ.get("RANKSCOPE_BENCH_FULL") else [64, 512]
+        [64, 512] if args.quick else [64, 512, 1024, 4096]
     )
 
     # the hub (created here) asks for node relays past 256 probes, or never with --no-relays

@@ -52,12 +52,11 @@ class Config:
     mailbox_size: int = 64
     """Commands waiting for one probe; beyond it the oldest is dropped and counted."""
     reconnect_max_backoff: float = 10.0
-    relay_above: int = -1
+    relay_above: int = 256
     """The hub asks probes to poll through a relay actor on their node (one batched hub call per
-    node, `runtime.relay`) while more than this many probes are live; 0: always, -1: never (the
-    default until every runtime cluster test passes with relays forced on; 256 is the setting
-    for big jobs). A probe's own setting 0 or -1 forces it either way (RANKSCOPE_RELAY_ABOVE in
-    the job's env reaches both)."""
+    node, `runtime.relay`) while more than this many probes are live; 0: always, -1: never. A
+    probe's own setting 0 or -1 forces it either way (RANKSCOPE_RELAY_ABOVE in the job's env
+    reaches both). The whole test suite passes with relays forced on (0)."""
     hang_timeout: float = 300.0
     """Seconds inside one collective, or without a `rankscope.step()`, before the watchdog
     writes a cluster-wide hang report."""
