@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import json
 import os
 import pickle
@@ -192,7 +191,6 @@ def recorder_snapshot(
     )
 
 
-@functools.cache
 def logs_summary() -> dict[str, Any]:
     """As `logs.summary`'s: a busy trainer's log templates (per-step lines, rollout and
     checkpoint lines, a few warnings), as many as fit the summary's share of the heartbeat."""
@@ -221,6 +219,9 @@ def logs_summary() -> dict[str, Any]:
     return within_share(head, stats)
 
 
+LOGS = logs_summary()
+"""Built once: the simulator runs as `__main__` and its actor is pickled by value, which a
+cached function is not."""
 MONITOR = MonitorSummary(
     step=1000, step_s=0.82, tokens_per_s=48_213.5, loss=1.93, grad_norm=0.71, wait_s=0.05,
     memory=MemoryUse(61 << 30, 80 << 30, 120 << 30, 2 << 40), loss_level=1.95,
@@ -239,7 +240,7 @@ def summaries(rank: int, world: int, now: float) -> Summaries:
             "collectives": recorder_snapshot(rank, world, SUMMARY_RECORDS, now, with_groups=False),
             "where": where,
             "monitor": MONITOR,
-            "logs": logs_summary(),
+            "logs": LOGS,
             "clock": {"offset_s": 0.0012, "error_s": 0.0004},
             "alerts": None,
         }
