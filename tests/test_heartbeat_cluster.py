@@ -26,7 +26,7 @@ class BusyRank(GlooRank):
             self.step_once()
             rankscope.step(loss=1.0 / (i + 1), tokens=512, grad_norm=0.5 + i % 3)
             stage = "abcdefghijklmnopqrstuvwxyz"[i % 26] * (1 + i % TEMPLATES // 26)
-            log.info("stage %s of the rollout done: loss=%.4f after %d ms", stage, 0.5, i)
+            log.info("stage %s of the rollout done: score=%.4f after %d ms", stage, 0.5, i)
             if i % 7 == 0:
                 log.warning("slow shard %s: %.1f s behind the others", stage, i / 10)
 
