@@ -68,8 +68,6 @@ def trace(
     seconds = parse_duration(duration)
     if steps < 1:
         raise UserError(f"--steps {steps}: give at least 1 step for torch.profiler")
-    if budget_mb <= 0:
-        raise UserError(f"--budget-mb {budget_mb:g}: give a positive size in MiB")
     summary = record_trace(
         address, job, ranks, group, duration_s=seconds, path=output,
         budget=int(budget_mb * 2**20), torch_profiler_steps=steps if torch_profiler else 0,
