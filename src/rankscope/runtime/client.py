@@ -249,12 +249,24 @@ class HubClient:
             self._send(asks)
 
     def _send(self, asks: list[Ask]) -> None:
-        send_together(self.handle, asks, self._get, HUB_CALL_TIMEOUT_S)
+        send_together(self.handle, asks, self._get_fan_out, HUB_CALL_TIMEOUT_S)
 
-    def _get(self, ref: Any, timeout_s: float = HUB_CALL_TIMEOUT_S) -> Any:
+    def _get_fan_out(self, ref: Any, timeout_s: float) -> Any:
+        """A fan-out's answer: a restarting hub fails it at once, as the fan-out (and its
+        registry) went with the old hub; waiting for the new one would only outlast the
+        command's deadline."""
+        return self._get(ref, timeout_s, restart_wait_s=0.0)
+
+    def _get(
+        self,
+        ref: Any,
+        timeout_s: float = HUB_CALL_TIMEOUT_S,
+        *,
+        restart_wait_s: float = HUB_RESTART_WAIT_S,
+    ) -> Any:
         """The call's result; a hub that is restarting, gone or too slow raises one clear line.
 
-        Waits up to `timeout_s` for a live hub, and up to HUB_RESTART_WAIT_S for one that Ray
+        Waits up to `timeout_s` for a live hub, and up to `restart_wait_s` for one that Ray
         is restarting (it restarts the hub, `max_restarts=-1`, with its state lost).
         """
         import ray
@@ -279,7 +291,7 @@ class HubClient:
             if (
                 state == "DEAD"
                 or now - start >= timeout_s
-                or (restarting_since is not None and now - restarting_since >= HUB_RESTART_WAIT_S)
+                or (restarting_since is not None and now - restarting_since >= restart_wait_s)
             ):
                 raise hub_call_error(None, state, timeout_s)
 
