@@ -16,7 +16,7 @@ from rankscope.errors import UserError
 from rankscope.ranks import parse_rank_spec
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import FanOutResult, ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_group, filter_ranks
+from rankscope.runtime.selection import filter_jobs_by_group, filter_ranks
 from rankscope.stacks.analysis import (
     StackReport,
     confirm_sample,
@@ -29,8 +29,9 @@ from rankscope.stacks.pyspy import PARALLEL_DUMPS, PYSPY_TIMEOUT_S, dump_on_node
 
 DEFAULT_DEADLINE_S = 2.0
 CONFIRM_AFTER_S = 1.0
-"""When the first look finds ranks stuck, look again this much later: a wait that is part of
-normal progress has moved on by then, a stuck group has not."""
+"""When the first look finds ranks stuck, look again: each rank takes its second stacks this
+long after its first, on its own clock (`capture.LookSpacing`); a wait that is part of normal
+progress has moved on by then, a stuck group has not."""
 CONFIRM_ALL_UPTO = 256
 """Up to this many processes the second look takes them all again; past it, a sample of each
 finding's ranks (`analysis.confirm_sample`): at 4,096 ranks a second whole look cost as much
@@ -45,12 +46,20 @@ def collect_stacks(
     *,
     deadline_s: float = DEFAULT_DEADLINE_S,
     children: bool = True,
+    apart_s: float = 0.0,
 ) -> list[ProcessStacks]:
     """Stacks of every process in `probes`, by probe when it answers, else by py-spy; and of
-    their child processes by py-spy (those py-spy cannot read, not Python, are left out)."""
+    their child processes by py-spy (those py-spy cannot read, not Python, are left out).
+    With `apart_s`, each probe takes them that long after its previous answer at most (the
+    deadline grows by as much)."""
     live = [p for p in probes if p.state != ProbeState.DEAD]
+    deadline_s += apart_s
     with client.together():  # both in one round trip per probe
-        asked = client.start_fan_out("stacks", live, deadline_s=deadline_s) if live else None
+        asked = (
+            client.start_fan_out("stacks", live, args={"apart_s": apart_s}, deadline_s=deadline_s)
+            if live
+            else None
+        )
         kids = (
             client.start_fan_out("children", live, deadline_s=deadline_s)
             if live and children
@@ -76,6 +85,12 @@ def collect_stacks(
         if p.state == ProbeState.DEAD
     )
     return gathered
+
+
+def _with_status(stacks: ProcessStacks, now: dict[str, ProbeStatus]) -> ProcessStacks:
+    """`stacks` with its process's registry row as read `now` (its step, its state)."""
+    status = now.get(stacks.status.info.probe_id)
+    return stacks if status is None else dataclasses.replace(stacks, status=status)
 
 
 def unanswered(
@@ -184,8 +199,8 @@ def stack_reports(
     client = client or HubClient.attach(address)
     reports = []
     jobs = client.jobs(job, summaries=[])  # stacks read none: not megabytes at 4,096 ranks
-    for job_id, probes in jobs.items():
-        chosen = filter_ranks(filter_group(probes, group), wanted)
+    for job_id, probes in filter_jobs_by_group(jobs, group).items():
+        chosen = filter_ranks(probes, wanted)
         if not chosen:
             if wanted is not None and len(jobs) > 1:
                 continue  # another live job has them
@@ -193,18 +208,18 @@ def stack_reports(
                 f"--ranks {ranks}: no registered process of job {job_id} has those ranks"
             )
         first = collect_stacks(client, chosen, deadline_s=deadline_s)
-        looked_at = time.monotonic()
         report = group_stacks(job_id, first)
-        if report.findings:  # the second look a second after the first, its grouping included
-            time.sleep(max(0.0, confirm_after_s - (time.monotonic() - looked_at)))
+        if report.findings:  # each rank looked at again confirm_after_s after its first look
             sampled = len(chosen) > CONFIRM_ALL_UPTO
             if sampled:  # a sample of each finding's ranks again
                 sample = confirm_sample(report)
                 chosen = [p for p in chosen if (p.context.group, p.context.rank) in sample]
-            ids = [p.info.probe_id for p in chosen]  # their progress meanwhile
+            again = collect_stacks(
+                client, chosen, deadline_s=deadline_s, children=False, apart_s=confirm_after_s
+            )
+            ids = [p.info.probe_id for p in chosen]  # their progress meanwhile, read after
             now = {p.info.probe_id: p for p in client.probes(job_id, [], probe_ids=ids)}
-            chosen = [now.get(p.info.probe_id, p) for p in chosen]
-            again = collect_stacks(client, chosen, deadline_s=deadline_s, children=False)
+            again = [_with_status(s, now) for s in again]
             if sampled:
                 report = confirmed_by_sample(report, group_stacks(job_id, again))
             else:  # their child processes as the first look saw them (a fan-out fewer)
