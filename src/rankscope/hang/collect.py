@@ -13,7 +13,7 @@ from rankscope.hang.flight import merge_flight
 from rankscope.hang.model import DeathKind, RecorderSnapshot
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import FanOutResult, ProbeState, ProbeStatus
-from rankscope.runtime.selection import by_group, filter_group
+from rankscope.runtime.selection import by_group, filter_jobs_by_group
 from rankscope.stacks.collect import children_stacks, pyspy_all, unanswered
 from rankscope.stacks.model import active_thread, headline
 
@@ -154,8 +154,8 @@ def hang_reports(
     """`rankscope hang`: one report per selected job, or per group when a job has several."""
     client = HubClient.attach(address)
     reports = []
-    for job_id, probes in client.jobs(job, summaries=[]).items():
-        groups = by_group(filter_group(probes, group))
+    for job_id, probes in filter_jobs_by_group(client.jobs(job, summaries=[]), group).items():
+        groups = by_group(probes)
         for name, members in groups.items():
             label = name if len(groups) > 1 or group is not None else None
             reports.append(hang_report(client, job_id, members, min_wait_s=min_wait_s, group=label))

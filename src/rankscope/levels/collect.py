@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rankscope.level import LevelState
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
-from rankscope.runtime.selection import filter_group, filter_ranks
+from rankscope.runtime.selection import filter_jobs_by_group, filter_ranks
 
 __all__ = ["RankLevel", "switch_levels"]
 
@@ -39,12 +39,8 @@ def switch_levels(
     if level or sample_every is not None:
         args = {"level": level, "for_s": for_s, "sample_every": sample_every}
     rows: list[RankLevel] = []
-    for job_id, probes in client.jobs(job).items():
-        chosen = [
-            p
-            for p in filter_ranks(filter_group(probes, group), ranks)
-            if p.state != ProbeState.DEAD
-        ]
+    for job_id, probes in filter_jobs_by_group(client.jobs(job), group).items():
+        chosen = [p for p in filter_ranks(probes, ranks) if p.state != ProbeState.DEAD]
         if not chosen:
             continue
         result = client.fan_out("level", chosen, args=args)

@@ -17,7 +17,7 @@ from rankscope.memory.analysis.gpus import GpuProcess, GpuShare, group_by_gpu
 from rankscope.memory.model import GpuTenancy
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_group
+from rankscope.runtime.selection import filter_jobs_by_group
 from rankscope.units import human_bytes
 
 __all__ = ["JobGpus", "collect_by_gpu", "render_by_gpu"]
@@ -48,8 +48,8 @@ def collect_by_gpu(
     """Each job's processes by physical GPU; `client` reuses a caller's attached hub."""
     client = client or HubClient.attach(address)
     return [
-        _job(client, job_id, filter_group(probes, group))
-        for job_id, probes in client.jobs(job).items()
+        _job(client, job_id, probes)
+        for job_id, probes in filter_jobs_by_group(client.jobs(job), group).items()
     ]
 
 

@@ -10,7 +10,7 @@ from rankscope.memory import analysis
 from rankscope.memory.model import MemorySnapshot, RankMemoryReply
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_group
+from rankscope.runtime.selection import filter_jobs_by_group
 
 DEFAULT_DEADLINE_S = 3.0
 WATCH_HISTORY = 600
@@ -30,7 +30,7 @@ class JobMemory:
 def jobs(
     client: HubClient, job: str | None, group: str | None = None
 ) -> dict[str, list[ProbeStatus]]:
-    return {j: filter_group(probes, group) for j, probes in client.jobs(job).items()}
+    return filter_jobs_by_group(client.jobs(job), group)
 
 
 def collect(

@@ -13,7 +13,7 @@ from rankscope.monitor.straggler import StragglerScore
 from rankscope.monitor.view import RankInput, RankRow, rank_rows
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_group
+from rankscope.runtime.selection import filter_jobs_by_group
 
 __all__ = ["JobHealth", "JobTop", "alert_lines", "inputs_of", "job_health", "job_tops"]
 
@@ -78,7 +78,7 @@ def job_tops(address: str | None, job: str | None, group: str | None = None) -> 
 
 def tops(client: HubClient, job: str | None, group: str | None = None) -> list[JobTop]:
     """One refresh of `rankscope top`: one hub call, no rank is asked anything."""
-    jobs = {j: filter_group(p, group) for j, p in client.jobs(job).items()}
+    jobs = filter_jobs_by_group(client.jobs(job), group)
     return [JobTop(j, tuple(rank_rows(inputs_of(p)))) for j, p in jobs.items()]
 
 
@@ -93,8 +93,7 @@ def job_health(
     """Ask every live rank for its series and run every detector over the job."""
     client = HubClient.attach(address)
     out = []
-    for job_id, probes in client.jobs(job).items():
-        probes = filter_group(probes, group)
+    for job_id, probes in filter_jobs_by_group(client.jobs(job), group).items():
         live = [p for p in probes if p.state != ProbeState.DEAD]
         series: list[RankSeries] = []
         missing = [

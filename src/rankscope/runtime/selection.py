@@ -64,6 +64,29 @@ def filter_group(probes: list[ProbeStatus], group: str | None) -> list[ProbeStat
     return [p for p in probes if p.context.group == chosen[0]]
 
 
+def filter_jobs_by_group(
+    jobs: dict[str, list[ProbeStatus]], group: str | None
+) -> dict[str, list[ProbeStatus]]:
+    """Each job's processes of the group named `group` (`filter_group`); of several live jobs,
+    those that have it: `--group actor` without `--job` finds the one job running the actors
+    (another trainer's job on the cluster does not make it fail)."""
+    if group is None or len(jobs) <= 1:
+        return {j: filter_group(probes, group) for j, probes in jobs.items()}
+    kept = {}
+    for job_id, probes in jobs.items():
+        try:
+            kept[job_id] = filter_group(probes, group)
+        except UserError:
+            continue  # not this job's group, or not a unique one in it
+    if kept:
+        return kept
+    names = sorted({p.context.group for ps in jobs.values() for p in ps if p.context.group})
+    raise UserError(
+        f"--group {group}: matches no single group of the {len(jobs)} live jobs "
+        f"(their groups: {', '.join(names) or 'none'}); name one, or choose a job with --job"
+    )
+
+
 def _ordered(probes: list[ProbeStatus]) -> list[ProbeStatus]:
     return sorted(
         probes, key=lambda p: (p.context.rank is None, p.context.rank or 0, p.context.pid)

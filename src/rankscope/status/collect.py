@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rankscope.hang.model import Death
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import by_group, filter_group
+from rankscope.runtime.selection import by_group, filter_jobs_by_group
 
 __all__ = ["STATUS_SUMMARIES", "JobStatus", "any_lost", "job_statuses"]
 
@@ -50,7 +50,7 @@ def job_statuses(
 
     client = client or HubClient.attach(address)
     found = client.jobs(job, summaries)
-    jobs = {j: filter_group(probes, group) for j, probes in found.items()}
+    jobs = filter_jobs_by_group(found, group)
     dead = [p for probes in jobs.values() for p in probes if p.state == ProbeState.DEAD]
     deaths = find_deaths(dead) if dead else {}
     return [

@@ -22,7 +22,7 @@ from rankscope.errors import UserError
 from rankscope.ranks import parse_rank_spec
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_group, filter_ranks
+from rankscope.runtime.selection import filter_jobs_by_group, filter_ranks
 from rankscope.trace.analysis import merge_chunks, split_collectives, summarize, window_ns
 from rankscope.trace.chrome import DEFAULT_BUDGET, ExportStats, render_trace
 from rankscope.trace.model import RankTrace, RayTask, TraceChunk, TraceOptions, TraceSummary
@@ -153,14 +153,14 @@ class TraceSession:
 def choose_probes(
     client: HubClient, job: str | None, ranks: str | None, group: str | None
 ) -> tuple[str, list[ProbeStatus]]:
-    """The live processes to trace: one job (the only live one, or `--job`), by group/ranks."""
+    """The live processes to trace: one job (the only live one, the one running `--group`,
+    or `--job`), by group and ranks."""
     wanted = parse_rank_spec(ranks) if ranks is not None else None
-    jobs = client.jobs(job)
+    jobs = filter_jobs_by_group(client.jobs(job), group)  # --group may pick the job
     if len(jobs) > 1:
         raise UserError(f"{len(jobs)} jobs are running ({', '.join(jobs)}): choose one with --job")
     job_id, probes = next(iter(jobs.items()))
-    chosen = [p for p in filter_ranks(filter_group(probes, group), wanted)
-              if p.state != ProbeState.DEAD]  # fmt: skip
+    chosen = [p for p in filter_ranks(probes, wanted) if p.state != ProbeState.DEAD]
     if wanted is not None:
         chosen = [p for p in chosen if p.context.rank is not None]
     if not chosen:
