@@ -270,6 +270,8 @@ class SimProbe:
         self.rank = rank
         self.probe_id = f"{os.getpid()}-sim{rank:06d}"
         self.step = 0
+        self.last_stacks: float | None = None
+        """When it last answered `stacks` (monotonic), for a confirming look's spacing."""
         self._answers: dict[str, CommandResult] = {}
 
     def prepare(self) -> None:
@@ -359,11 +361,23 @@ class SimProbe:
                 continue
             groups_sent = True
             for command in reply.commands:
+                await self._spaced(command)
                 if relay is not None:
                     relay.reply(self.answer(command), command.id)
                 else:
                     s.hub.reply.remote(self.answer(command), command.id)
                 s.answered += 1
+
+    async def _spaced(self, command: Command) -> None:
+        """As `stacks.capture.LookSpacing`: a `stacks` with `apart_s` is answered that long
+        after this rank's previous one at most (waiting here holds no other rank)."""
+        if command.kind != "stacks":
+            return
+        apart_s = float(command.args.get("apart_s", 0.0))
+        if self.last_stacks is not None and apart_s > 0:
+            wait = min(apart_s, self.last_stacks + apart_s - time.monotonic())
+            await asyncio.sleep(max(0.0, wait))
+        self.last_stacks = time.monotonic()
 
     async def _register_again(self) -> None:
         try:
