@@ -54,6 +54,7 @@ from rankscope.runtime.protocol import (
     Summaries,
 )
 from rankscope.runtime.relay import RelayCore
+from rankscope.stacks.capture import spacing_wait
 from rankscope.stacks.model import Frame, ThreadStack, active_thread, headline
 
 RANKS_PER_NODE = 8
@@ -374,9 +375,7 @@ class SimProbe:
         if command.kind != "stacks":
             return
         apart_s = float(command.args.get("apart_s", 0.0))
-        if self.last_stacks is not None and apart_s > 0:
-            wait = min(apart_s, self.last_stacks + apart_s - time.monotonic())
-            await asyncio.sleep(max(0.0, wait))
+        await asyncio.sleep(spacing_wait(self.last_stacks, apart_s, time.monotonic()))
         self.last_stacks = time.monotonic()
 
     async def _register_again(self) -> None:

@@ -33,6 +33,14 @@ def capture_threads(skip_own: bool = True) -> tuple[ThreadStack, ...]:
     return tuple(stacks)
 
 
+def spacing_wait(last: float | None, apart_s: float, now: float) -> float:
+    """Seconds to wait before a look that should come `apart_s` after the one taken at `last`
+    (monotonic; None: no look yet): never more than `apart_s`, nothing once it has passed."""
+    if last is None or apart_s <= 0:
+        return 0.0
+    return max(0.0, min(apart_s, last + apart_s - now))
+
+
 class LookSpacing:
     """When this process last answered `stacks`, so that a confirming look is taken at least
     `apart_s` after it, counted on this process's own clock: the CLI need not wait a fixed
@@ -46,8 +54,7 @@ class LookSpacing:
         """The stacks, taken `apart_s` (at most) after the previous look's, or now."""
         with self._lock:
             last = self._last
-        if last is not None and apart_s > 0:
-            time.sleep(max(0.0, min(apart_s, last + apart_s - time.monotonic())))
+        time.sleep(spacing_wait(last, apart_s, time.monotonic()))
         stacks = capture_threads()
         with self._lock:
             self._last = time.monotonic()
