@@ -9,7 +9,9 @@ processes (benchmarks/probe_sim.py: N simulated probes speaking the real protoco
   - heartbeat lateness p50/p99: how long past its long-poll wait a poll returned;
 and then the end-to-end `status`, `stacks` and `hang` (in process, through the CLI's typer app
 with its real rendering; Ray already joined, so without `ray.init`'s ~1-2 s), p50/p99 over
---repeat runs, with the hub's CPU time during each command (heartbeats meanwhile included).
+--repeat runs, with the hub's CPU time during each command (heartbeats meanwhile included);
+then the simulated ranks stop stepping (a hung job) and `stacks` is timed again: it finds the
+odd ranks and takes its confirming look, a second after its first.
 
 On a small machine the simulators compete with the hub for the same cores: wall-clock figures
 are contention-bound there; the CPU-time figures are what the capacity model is built on.
@@ -163,6 +165,35 @@ def _run_cli(args: list[str]) -> tuple[float, int, str]:
     return time.perf_counter() - start, result.exit_code, result.output
 
 
+def _time_command(
+    name: str, cli: list[str], repeat: int, hub_proc: Any, expect: int | None = None
+) -> dict[str, float]:
+    """`cli` run `repeat` times: wall p50/p99, the hub's CPU meanwhile, lines printed; says
+    so when it exits other than 0 or 1 (or than `expect`)."""
+    times, cpus, lines = [], [], 0
+    for _ in range(repeat):
+        ca = _cpu(hub_proc)
+        took, code, output = _run_cli(cli)
+        cb = _cpu(hub_proc)
+        if code not in ((0, 1) if expect is None else (expect,)):
+            print(f"  {name} exit {code}: {output.strip()[-300:]}", flush=True)
+        times.append(took)
+        cpus.append(cb - ca)
+        lines = output.count("\n")
+    figures = {
+        "p50_s": statistics.median(times),
+        "p99_s": _percentile(times, 0.99),
+        "hub_cpu_ms": 1000 * statistics.median(cpus),
+        "lines": lines,
+    }
+    print(
+        f"  {name:<12}: p50 {figures['p50_s']:6.2f}s  p99 {figures['p99_s']:6.2f}s  hub CPU "
+        f"{figures['hub_cpu_ms']:7.1f} ms  output {lines} lines",
+        flush=True,
+    )
+    return figures
+
+
 def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeResult:
     res = SizeResult(n, heartbeat_bytes=probe_sim.heartbeat_bytes(n))
     _fresh_hub(ray)
@@ -184,33 +215,19 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
         uss = hub_proc.memory_full_info().uss
         res.mem_kib_per_probe = (uss - base_uss) / n / 1024
         res.hub_cpu_share = (c1 - c0) / (t1 - t0)
-        for name, cli in (
-            ("status", ["status", "--job", job]),
-            ("stacks", ["stacks", "--job", job]),
-            ("hang", ["hang", "--job", job]),
-        ):
-            times, cpus = [], []
-            for _ in range(args.repeat):
-                ca = _cpu(hub_proc)
-                took, code, output = _run_cli(cli)
-                cb = _cpu(hub_proc)
-                if code not in (0, 1):
-                    print(f"  {name} exit {code}: {output.strip()[-300:]}", flush=True)
-                times.append(took)
-                cpus.append(cb - ca)
-                lines = output.count("\n")
-            res.commands[name] = {
-                "p50_s": statistics.median(times),
-                "p99_s": _percentile(times, 0.99),
-                "hub_cpu_ms": 1000 * statistics.median(cpus),
-                "lines": lines,
-            }
-            print(
-                f"  {name:<6}: p50 {statistics.median(times):6.2f}s  p99 "
-                f"{_percentile(times, 0.99):6.2f}s  hub CPU {1000 * statistics.median(cpus):7.1f}"
-                f" ms  output {lines} lines",
-                flush=True,
-            )
+        commands = {
+            "status": ["status", "--job", job],
+            "stacks": ["stacks", "--job", job],
+            "hang": ["hang", "--job", job],
+        }
+        for name, cli in commands.items():
+            res.commands[name] = _time_command(name, cli, args.repeat, hub_proc)
+        for sim in sims:  # the ranks stop stepping where they are: `stacks` confirms a finding
+            sim.send_signal(signal.SIGUSR1)
+        time.sleep(2 * probe_sim.STEP_S + 1.0)
+        res.commands["stacks, hung"] = _time_command(
+            "stacks, hung", commands["stacks"], args.repeat, hub_proc, expect=1
+        )
     finally:
         for sim in sims:
             sim.send_signal(signal.SIGTERM)
@@ -329,11 +346,12 @@ def main() -> int:
     print(
         "\nprobes  every s  beats/s  hub us/beat  x bare  hub cores  KiB/probe  beat B"
         "  late p50/p99 ms  status p50/p99 s  stacks p50/p99 s  hang p50/p99 s"
+        "  stacks, hung p50/p99 s"
     )
     for r in results:
         cmd = " ".join(
             f"{r.commands[c]['p50_s']:6.2f}/{r.commands[c]['p99_s']:<6.2f}   "
-            for c in ("status", "stacks", "hang")
+            for c in ("status", "stacks", "hang", "stacks, hung")
             if c in r.commands
         )
         print(

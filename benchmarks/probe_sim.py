@@ -7,7 +7,9 @@ the poll hands back. `stacks`, `children` and `collectives` are answered with pa
 sized like a real training rank's (a main thread in all_reduce plus helper threads; a 2,000-call
 collective ring buffer); any other command gets the real probe's "unknown command" error. A few
 ranks are "odd" (stuck in the data loader instead of all_reduce) so `stacks`/`hang` have
-something to single out.
+something to single out. The ranks step every `--step-s` (their heartbeats and answers say so,
+as `rankscope.step()` makes a real probe's) until SIGUSR1 stalls them where they are: then the
+job is hung, and `stacks` finds the odd ranks and takes its confirming look.
 
 The probes are asyncio tasks in one Ray actor (`SimHost`, on this node, owned by this process);
 the hub sees them as processes of that actor (pid, node), so its liveness check finds them
@@ -67,6 +69,8 @@ RING_RECORDS = 2000
 """As `hang.recorder.DEFAULT_CAPACITY`: the ring buffer a `collectives` command returns."""
 ODD_EVERY = 997
 """One rank in this many is odd (in the data loader, not all_reduce)."""
+STEP_S = 0.5
+"""A simulated rank steps this often (`--step-s`) until the simulator is stalled."""
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 STDLIB = "/usr/lib/python3.11"
@@ -270,7 +274,7 @@ class SimProbe:
         self.sim = sim
         self.rank = rank
         self.probe_id = f"{os.getpid()}-sim{rank:06d}"
-        self.step = 0
+        self.beats = 0
         self.last_stacks: float | None = None
         """When it last answered `stacks` (monotonic), for a confirming look's spacing."""
         self._answers: dict[str, CommandResult] = {}
@@ -288,7 +292,7 @@ class SimProbe:
     def _cached(self, kind: str, build: Any) -> CommandResult:
         if kind not in self._answers:
             self._answers[kind] = CommandResult(self.probe_id, True, payload=build())
-        return self._answers[kind]
+        return self._answers[kind].answered(self.progress(), time.time())
 
     def info(self) -> ProbeInfo:
         s = self.sim
@@ -310,7 +314,12 @@ class SimProbe:
         return ProbeInfo(self.probe_id, context, __version__, s.create_time)
 
     def progress(self) -> Progress:
-        return Progress(step=self.step, last_progress=time.time())
+        """As a training rank that steps every `--step-s` (`rankscope.step()`) until the
+        simulator is told to stall (`SimHost.stall`, SIGUSR1 to the simulator)."""
+        s = self.sim
+        now = time.time() if s.stalled_at is None else s.stalled_at
+        step = max(1, int((now - s.started) / s.step_s))
+        return Progress(step=step, last_progress=s.started + step * s.step_s)
 
     async def run(self) -> None:
         s = self.sim
@@ -321,10 +330,10 @@ class SimProbe:
         wait = s.interval  # as the real probe: the interval the hub's last reply asked for
         use_relay = False
         while not s.stopping:
-            self.step += 1
+            self.beats += 1
             events: tuple[Event, ...] = ()
-            if s.event_every and self.step % s.event_every == 0:
-                events = (Event("sim.tick", time.time(), {"rank": self.rank, "step": self.step}),)
+            if s.event_every and self.beats % s.event_every == 0:
+                events = (Event("sim.tick", time.time(), {"rank": self.rank, "beat": self.beats}),)
             now = time.time()
             request = PollRequest(
                 self.probe_id,
@@ -453,6 +462,10 @@ class Simulator:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.node_ip = ray.util.get_node_ip_address()
         self.create_time = float(psutil.Process().create_time())
+        self.started = time.time()
+        self.step_s = args.step_s
+        self.stalled_at: float | None = None
+        """Since when its ranks no longer step (`SimHost.stall`); None while they train."""
         self.probes = [
             SimProbe(self, r) for r in range(args.start_rank, args.start_rank + args.probes)
         ]
@@ -529,6 +542,10 @@ class SimHost:
     async def stop(self) -> None:
         self.sim.stop()
 
+    async def stall(self) -> None:
+        """Its ranks stop stepping, in the places they are: a hung job."""
+        self.sim.stalled_at = self.sim.stalled_at or time.time()
+
     async def commands(
         self, relay_id: str, asks: list[tuple[Command, tuple[str, ...]]], deadline_s: float
     ) -> dict[str, list[CommandResult]]:
@@ -552,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-relays", dest="relays", action="store_false",
         help="poll the hub directly even when it asks for node relays",
     )  # fmt: skip
+    parser.add_argument("--step-s", type=float, default=STEP_S, help="a training step every s")
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
@@ -573,13 +591,18 @@ def main(argv: list[str] | None = None) -> int:
         .options(num_cpus=0, max_concurrency=10_000, scheduling_strategy=here)
         .remote(hub, args)
     )
-    stopping = False
+    stopping = stall = False
 
     def stop(*_: Any) -> None:  # SIGTERM: stop heartbeating, write the statistics, go
         nonlocal stopping
         stopping = True
 
+    def stall_ranks(*_: Any) -> None:  # SIGUSR1: the ranks stop stepping (a hung job)
+        nonlocal stall
+        stall = True
+
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGUSR1, stall_ranks)
     running = host.run.remote(args.duration)
     try:
         registered = 0
@@ -588,7 +611,10 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.2)
         print(f"registered {registered}", flush=True)
         while not stopping and not ray.wait([running], timeout=0.2)[0]:
-            pass
+            if stall:
+                ray.get(host.stall.remote())
+                print("stalled", flush=True)
+                stall = False
         ray.get(host.stop.remote())
         stats = ray.get(running)
         if args.out:

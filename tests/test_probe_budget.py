@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +73,23 @@ def registry() -> Iterator[None]:
 
 def ask(probe: Probe, kind: str, args: dict[str, Any] | None = None):
     return probe.run_command(Command(id=f"{kind}-cmd", kind=kind, args=args or {}))
+
+
+def test_every_answer_carries_the_ranks_progress_as_it_answered(registry):
+    """The registry's progress is from the last heartbeat, up to the hub's interval old (25 s
+    at 4,096 ranks): an answer says where training is now, on the rank's own clock."""
+    register_handler(SLOW, off_thread=True)(lambda args: "done")
+    probe = Probe(Config(handler_budget=BUDGET))
+    before = probe_module.progress.step
+    rankscope.step()
+    rankscope.step()
+
+    for kind in ("stacks", SLOW, "no-such-command"):
+        start = time.time()
+        reply = ask(probe, kind)
+        assert reply.progress == probe_module.progress.snapshot()
+        assert reply.progress.step == before + 2
+        assert start <= reply.answered_at <= time.time()
 
 
 def test_a_slow_handler_is_cut_off_at_the_budget_and_light_commands_still_answer(registry):

@@ -42,6 +42,22 @@ def test_a_payload_plain_pickle_refuses_still_crosses_as_ray_pickles_it():
     assert ray.cloudpickle.loads(ray.cloudpickle.dumps(sent)).payload() == 42
 
 
+def test_an_answer_says_how_far_its_rank_got_as_it_answered():
+    sent = CommandResult("p3", True, Payload("stacks"), progress=Progress(41, 100.0),
+                         answered_at=100.5)  # fmt: skip
+    at_cli = ray.cloudpickle.loads(ray.cloudpickle.dumps(sent))
+    assert (at_cli.progress, at_cli.answered_at) == (Progress(41, 100.0), 100.5)
+
+    again = sent.answered(Progress(42, 101.0), 101.2)  # a repeated answer, its bytes shared
+    assert again._packed is sent._packed and again.payload is sent.payload
+    at_cli = pickle.loads(pickle.dumps(again))
+    assert (at_cli.progress, at_cli.answered_at, at_cli.payload.name) == (
+        Progress(42, 101.0),
+        101.2,
+        "stacks",
+    )
+
+
 def test_results_compare_by_what_they_say():
     failed = CommandResult("p2", False, error="unknown command x")
     assert pickle.loads(pickle.dumps(failed)) == failed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -129,6 +130,17 @@ def test_different_places_while_every_rank_steps_is_no_finding():
     """A rank waits in all_reduce for a slower one many times a second: that is training."""
     report = group_stacks("j", _eight_ranks_rank_3_elsewhere(stepped_ago=0.2), now=NOW)
     assert report.findings == () and report.ok and summarize(report) is None
+
+
+def test_how_long_ago_a_rank_stepped_is_told_when_its_probe_answered():
+    """Grouped 30 s after the ranks answered (thousands of them, a slow look): each had
+    stepped 0.2 s before it answered, so they train; py-spy's stacks have no such time."""
+    answered = [replace(p, taken_at=NOW) for p in _eight_ranks_rank_3_elsewhere(stepped_ago=0.2)]
+    assert group_stacks("j", answered, now=NOW + 30).findings == ()
+
+    spied = [replace(p, source="py-spy") for p in _eight_ranks_rank_3_elsewhere(stepped_ago=0.2)]
+    [finding] = group_stacks("j", spied, now=NOW + 30).findings
+    assert finding.elsewhere == (3,)
 
 
 def test_without_steps_ranks_waiting_in_a_collective_are_a_finding():

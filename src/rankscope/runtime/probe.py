@@ -301,19 +301,19 @@ class Probe:
         `config.handler_budget` seconds (longer only while C code keeps the GIL)."""
         handler = _HANDLERS.get(command.kind)
         if handler is None:
-            return CommandResult(self.probe_id, False, error=f"unknown command {command.kind}")
+            return self._result(False, error=f"unknown command {command.kind}")
         if command.kind in _OFF_THREAD:
             return self._run_off_thread(command, handler)
         try:
-            return CommandResult(self.probe_id, True, payload=handler(command.args))
+            return self._result(True, payload=handler(command.args))
         except Exception as exc:
             log.debug("rankscope handler %s failed:\n%s", command.kind, traceback.format_exc())
-            return CommandResult(self.probe_id, False, error=f"{type(exc).__name__}: {exc}")
+            return self._result(False, error=f"{type(exc).__name__}: {exc}")
 
     def _run_off_thread(self, command: Command, handler: Handler) -> CommandResult:
         job = self._worker.submit(command.kind, handler, command.args)
         if isinstance(job, str):
-            return CommandResult(self.probe_id, False, error=job)
+            return self._result(False, error=job)
         budget = self.config.handler_budget
         if not job.done.wait(budget):
             log.debug("rankscope handler %s still runs after %.1fs", command.kind, budget)
@@ -321,8 +321,14 @@ class Probe:
                 f"{command.kind} took longer than {_seconds(budget)} s; answered nothing "
                 "(the process is busy); try again"
             )
-            return CommandResult(self.probe_id, False, error=error)
-        return CommandResult(self.probe_id, job.ok, payload=job.payload, error=job.error)
+            return self._result(False, error=error)
+        return self._result(job.ok, payload=job.payload, error=job.error)
+
+    def _result(self, ok: bool, payload: Any = None, error: str = "") -> CommandResult:
+        """An answer that says how far training got as it was given (`CommandResult`)."""
+        return CommandResult(
+            self.probe_id, ok, payload, error, progress.snapshot(), answered_at=time.time()
+        )
 
     def _take_events(self) -> tuple[Event, ...]:
         with self._events_lock:

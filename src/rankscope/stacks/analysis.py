@@ -137,7 +137,8 @@ def group_stacks(
     """Group every thread of every process by identical stack (file, line, function), and
     find ranks stuck waiting for a rank of their group that is elsewhere (`find_stuck`).
 
-    `now` is when the stacks were taken (default: now), to tell how long ago each rank stepped.
+    How long ago each rank stepped is told at the time its probe took its stacks, on its own
+    clock (`ProcessStacks.taken_at`), else at `now` (default: now) for py-spy's.
     """
     now = time.time() if now is None else now
     buckets: dict[tuple[tuple[str, int, str], ...], list[tuple[ThreadStack, StackMember]]] = {}
@@ -147,8 +148,8 @@ def group_stacks(
         if not proc.threads:
             unanswered.append(Unanswered(ctx.rank, ctx.pid, ctx.hostname, proc.error))
             continue
-        progress = proc.status.progress
-        since_step = max(0.0, now - progress.last_progress) if progress.step > 0 else None
+        progress, taken_at = proc.status.progress, proc.taken_at or now
+        since_step = max(0.0, taken_at - progress.last_progress) if progress.step > 0 else None
         active = active_thread(proc.threads)
         for thread in proc.threads:
             member = StackMember(

@@ -15,7 +15,7 @@ import ray
 from rankscope.errors import UserError
 from rankscope.ranks import parse_rank_spec
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import FanOutResult, ProbeState, ProbeStatus
+from rankscope.runtime.protocol import CommandResult, FanOutResult, ProbeState, ProbeStatus
 from rankscope.runtime.selection import filter_jobs_by_group, filter_ranks
 from rankscope.stacks.analysis import (
     StackReport,
@@ -69,11 +69,7 @@ def collect_stacks(
     by_id = {p.info.probe_id: p for p in live}
     gathered: list[ProcessStacks] = []
     if result is not None:
-        gathered.extend(
-            ProcessStacks(by_id[r.probe_id], tuple(r.payload), "probe")
-            for r in result.replies
-            if r.ok
-        )
+        gathered.extend(_answered(by_id[r.probe_id], r) for r in result.replies if r.ok)
         gathered.extend(pyspy_all(unanswered(result, by_id, deadline_s)))
     if result is not None and kids is not None:
         answered = {r.probe_id: by_id[r.probe_id] for r in result.replies if r.ok}
@@ -87,10 +83,13 @@ def collect_stacks(
     return gathered
 
 
-def _with_status(stacks: ProcessStacks, now: dict[str, ProbeStatus]) -> ProcessStacks:
-    """`stacks` with its process's registry row as read `now` (its step, its state)."""
-    status = now.get(stacks.status.info.probe_id)
-    return stacks if status is None else dataclasses.replace(stacks, status=status)
+def _answered(status: ProbeStatus, result: CommandResult) -> ProcessStacks:
+    """A probe's own stacks, with its progress as it answered: the registry's row is from its
+    last heartbeat, up to the hub's interval old (25 s at 4,096 ranks), and every rank of a
+    healthy job would look as if it had stopped stepping."""
+    if result.progress is not None:
+        status = dataclasses.replace(status, progress=result.progress)
+    return ProcessStacks(status, tuple(result.payload), "probe", taken_at=result.answered_at)
 
 
 def unanswered(
@@ -217,9 +216,6 @@ def stack_reports(
             again = collect_stacks(
                 client, chosen, deadline_s=deadline_s, children=False, apart_s=confirm_after_s
             )
-            ids = [p.info.probe_id for p in chosen]  # their progress meanwhile, read after
-            now = {p.info.probe_id: p for p in client.probes(job_id, [], probe_ids=ids)}
-            again = [_with_status(s, now) for s in again]
             if sampled:
                 report = confirmed_by_sample(report, group_stacks(job_id, again))
             else:  # their child processes as the first look saw them (a fan-out fewer)

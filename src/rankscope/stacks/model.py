@@ -55,6 +55,9 @@ class ProcessStacks:
     parent: ProbeStatus | None = None
     """For a child process the setup hook never reached: the probed process that started it
     (`status` is then the parent's, with the child's pid and name)."""
+    taken_at: float | None = None
+    """When the probe took them, on its own clock (its `status.progress` is from then too);
+    None for py-spy's, whose progress is the registry's."""
 
 
 @dataclass(frozen=True)
