@@ -10,8 +10,10 @@ processes (benchmarks/probe_sim.py: N simulated probes speaking the real protoco
 and then the end-to-end `status`, `stacks` and `hang` (in process, through the CLI's typer app
 with its real rendering; Ray already joined, so without `ray.init`'s ~1-2 s), p50/p99 over
 --repeat runs, with the hub's CPU time during each command (heartbeats meanwhile included);
-then the simulated ranks stop stepping (a hung job) and `stacks` is timed again: it finds the
-odd ranks and takes its confirming look, a second after its first.
+then the simulated ranks stop stepping (a hung job) and `stacks` is timed again, finding the
+odd ranks: first with the ranks not saying since when they wait (as at the level `off`: it
+takes its confirming look a second after its first), then with their recorders saying so
+(past `LONG_WAIT_S` one look will do).
 
 On a small machine the simulators compete with the hub for the same cores: wall-clock figures
 are contention-bound there; the CPU-time figures are what the capacity model is built on.
@@ -45,8 +47,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import probe_sim  # noqa: E402
+from rankscope.stacks.analysis import LONG_WAIT_S  # noqa: E402
 
 REGISTER_TIMEOUT_S = 300.0
+HUNG = "stacks, hung"
+"""`stacks` on the hung job, the ranks' recorders saying since when they wait: one look."""
+NO_RECORDER = "stacks, hung, no recorder"
+"""... their waits unknown (the level `off`): the confirming look a second after the first."""
 
 
 @dataclass
@@ -222,11 +229,18 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
         }
         for name, cli in commands.items():
             res.commands[name] = _time_command(name, cli, args.repeat, hub_proc)
-        for sim in sims:  # the ranks stop stepping where they are: `stacks` confirms a finding
-            sim.send_signal(signal.SIGUSR1)
+        for sim in sims:  # the ranks stop stepping where they are, not saying since when they
+            sim.send_signal(signal.SIGUSR2)  # wait (the level off): `stacks` looks twice
+        stalled = time.monotonic()
         time.sleep(2 * probe_sim.STEP_S + 1.0)
-        res.commands["stacks, hung"] = _time_command(
-            "stacks, hung", commands["stacks"], args.repeat, hub_proc, expect=1
+        res.commands[NO_RECORDER] = _time_command(
+            NO_RECORDER, commands["stacks"], args.repeat, hub_proc, expect=1
+        )
+        for sim in sims:  # their recorders say since when: past LONG_WAIT_S, one look will do
+            sim.send_signal(signal.SIGUSR1)
+        time.sleep(max(0.0, stalled + LONG_WAIT_S + 1.0 - time.monotonic()))
+        res.commands[HUNG] = _time_command(
+            HUNG, commands["stacks"], args.repeat, hub_proc, expect=1
         )
     finally:
         for sim in sims:
@@ -346,12 +360,12 @@ def main() -> int:
     print(
         "\nprobes  every s  beats/s  hub us/beat  x bare  hub cores  KiB/probe  beat B"
         "  late p50/p99 ms  status p50/p99 s  stacks p50/p99 s  hang p50/p99 s"
-        "  stacks, hung p50/p99 s"
+        "  stacks hung, no recorder / hung p50/p99 s"
     )
     for r in results:
         cmd = " ".join(
             f"{r.commands[c]['p50_s']:6.2f}/{r.commands[c]['p99_s']:<6.2f}   "
-            for c in ("status", "stacks", "hang", "stacks, hung")
+            for c in ("status", "stacks", "hang", NO_RECORDER, HUNG)
             if c in r.commands
         )
         print(

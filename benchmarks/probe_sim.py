@@ -9,7 +9,9 @@ collective ring buffer); any other command gets the real probe's "unknown comman
 ranks are "odd" (stuck in the data loader instead of all_reduce) so `stacks`/`hang` have
 something to single out. The ranks step every `--step-s` (their heartbeats and answers say so,
 as `rankscope.step()` makes a real probe's) until SIGUSR1 stalls them where they are: then the
-job is hung, and `stacks` finds the odd ranks and takes its confirming look.
+job is hung, and `stacks` finds the odd ranks; their answers say since when the others wait in
+all_reduce, as a real probe's recorder does (SIGUSR2: they do not, as at the level `off`, and
+`stacks` takes its confirming look).
 
 The probes are asyncio tasks in one Ray actor (`SimHost`, on this node, owned by this process);
 the hub sees them as processes of that actor (pid, node), so its liveness check finds them
@@ -314,12 +316,19 @@ class SimProbe:
         return ProbeInfo(self.probe_id, context, __version__, s.create_time)
 
     def progress(self) -> Progress:
-        """As a training rank that steps every `--step-s` (`rankscope.step()`) until the
-        simulator is told to stall (`SimHost.stall`, SIGUSR1 to the simulator)."""
+        """As a training rank that steps every `--step-s` (`rankscope.step()`), in its
+        all_reduce since the step began, until the simulator is told to stall (`SimHost.stall`):
+        then in it since the stall (the odd ranks never entered it), as its recorder says, or
+        unknown as at the level `off`."""
         s = self.sim
         now = time.time() if s.stalled_at is None else s.stalled_at
         step = max(1, int((now - s.started) / s.step_s))
-        return Progress(step=step, last_progress=s.started + step * s.step_s)
+        last = s.started + step * s.step_s
+        waiting_since: float | None = last
+        if s.stalled_at is not None:
+            odd = self.rank % ODD_EVERY == ODD_EVERY - 1
+            waiting_since = None if odd or not s.waits_known else s.stalled_at
+        return Progress(step, last, waiting_since)
 
     async def run(self) -> None:
         s = self.sim
@@ -466,6 +475,8 @@ class Simulator:
         self.step_s = args.step_s
         self.stalled_at: float | None = None
         """Since when its ranks no longer step (`SimHost.stall`); None while they train."""
+        self.waits_known = True
+        """Whether its stalled ranks say since when they wait (their recorders record)."""
         self.probes = [
             SimProbe(self, r) for r in range(args.start_rank, args.start_rank + args.probes)
         ]
@@ -542,9 +553,11 @@ class SimHost:
     async def stop(self) -> None:
         self.sim.stop()
 
-    async def stall(self) -> None:
-        """Its ranks stop stepping, in the places they are: a hung job."""
+    async def stall(self, waits_known: bool) -> None:
+        """Its ranks stop stepping, in the places they are: a hung job; `waits_known`: their
+        answers say since when they wait in their collective (the level `off`: they do not)."""
         self.sim.stalled_at = self.sim.stalled_at or time.time()
+        self.sim.waits_known = waits_known
 
     async def commands(
         self, relay_id: str, asks: list[tuple[Command, tuple[str, ...]]], deadline_s: float
@@ -591,18 +604,21 @@ def main(argv: list[str] | None = None) -> int:
         .options(num_cpus=0, max_concurrency=10_000, scheduling_strategy=here)
         .remote(hub, args)
     )
-    stopping = stall = False
+    stopping = False
+    stall: bool | None = None
+    """Asked to stall (SIGUSR1: the waits known, SIGUSR2: not); None: not asked since."""
 
     def stop(*_: Any) -> None:  # SIGTERM: stop heartbeating, write the statistics, go
         nonlocal stopping
         stopping = True
 
-    def stall_ranks(*_: Any) -> None:  # SIGUSR1: the ranks stop stepping (a hung job)
+    def stall_ranks(signum: int, _: Any) -> None:  # the ranks stop stepping (a hung job)
         nonlocal stall
-        stall = True
+        stall = signum == signal.SIGUSR1
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGUSR1, stall_ranks)
+    signal.signal(signal.SIGUSR2, stall_ranks)
     running = host.run.remote(args.duration)
     try:
         registered = 0
@@ -611,10 +627,10 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.2)
         print(f"registered {registered}", flush=True)
         while not stopping and not ray.wait([running], timeout=0.2)[0]:
-            if stall:
-                ray.get(host.stall.remote())
+            if stall is not None:
+                ray.get(host.stall.remote(stall))
                 print("stalled", flush=True)
-                stall = False
+                stall = None
         ray.get(host.stop.remote())
         stats = ray.get(running)
         if args.out:

@@ -18,12 +18,14 @@ from rankscope.ranks import format_ranks, parse_rank_spec
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 from rankscope.stacks.analysis import (
     CONFIRM_SAMPLE,
+    LONG_WAIT_S,
     StackReport,
     confirm_sample,
     confirmed,
     confirmed_by_sample,
     group_stacks,
     summarize,
+    waited_long,
 )
 from rankscope.stacks.model import Frame, ProcessStacks, ThreadStack
 from rankscope.stacks.render import render_stacks
@@ -141,6 +143,33 @@ def test_how_long_ago_a_rank_stepped_is_told_when_its_probe_answered():
     spied = [replace(p, source="py-spy") for p in _eight_ranks_rank_3_elsewhere(stepped_ago=0.2)]
     [finding] = group_stacks("j", spied, now=NOW + 30).findings
     assert finding.elsewhere == (3,)
+
+
+def _waited(processes: list[ProcessStacks], seconds: dict[int, float]) -> list[ProcessStacks]:
+    """`processes` as their probes answered at NOW, each rank in `seconds` in its collective
+    for that long (its recorder's `waiting_since`)."""
+    out = []
+    for p in processes:
+        since = NOW - seconds[p.status.context.rank] if p.status.context.rank in seconds else None
+        progress = replace(p.status.progress, waiting_since=since)
+        out.append(replace(p, status=replace(p.status, progress=progress), taken_at=NOW))
+    return out
+
+
+def test_ranks_that_waited_long_in_their_collective_need_no_second_look():
+    eight = _eight_ranks_rank_3_elsewhere()
+    long_ago = _waited(eight, {r: LONG_WAIT_S + 25 for r in range(8) if r != 3})
+    report = group_stacks("j", long_ago, now=NOW + 3)
+    assert waited_long(report) == report.findings and len(report.findings) == 1
+    waiting = [m for g in report.groups for m in g.members if m.active and m.rank != 3]
+    assert {round(m.waited_s) for m in waiting} == {LONG_WAIT_S + 25}
+
+    just_now = _waited(eight, {r: 0.4 for r in range(8) if r != 3})  # a normal wait, maybe
+    assert waited_long(group_stacks("j", just_now, now=NOW)) == ()
+    one_unknown = _waited(eight, {r: 60.0 for r in range(8) if r not in (3, 5)})
+    assert waited_long(group_stacks("j", one_unknown, now=NOW)) == ()
+    spied = [replace(p, source="py-spy", taken_at=None) for p in long_ago]
+    assert waited_long(group_stacks("j", spied, now=NOW)) == ()  # no recorder's word
 
 
 def test_without_steps_ranks_waiting_in_a_collective_are_a_finding():

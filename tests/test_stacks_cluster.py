@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 import ray
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 import rankscope.cli.main as cli
 from helpers import cluster_address, line_of, probes_by_pid, run_cli, seen_in, wait_registered
 from rankscope.runtime.protocol import ProbeState
+from rankscope.stacks.analysis import LONG_WAIT_S
 from workers import (
     WORKER_NODE_RESOURCE,
     GlooRank,
@@ -102,6 +104,35 @@ def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
     assert {p: members[p]["node_id"] for p in pids} == expected
     assert len(set(node_ids)) == 2  # two nodes
     release.write_text("go")
+
+
+def test_ranks_that_waited_long_are_a_finding_in_one_look(four_ranks, tmp_path):
+    """The waiting ranks' recorders say since when they wait, in every heartbeat and answer:
+    past LONG_WAIT_S the finding needs no second look, and the JSON says how long each waited."""
+    actors, pids, _ = four_ranks
+    release = tmp_path / "release"
+    running = [a.step_once.remote(str(release) if r == 3 else None) for r, a in enumerate(actors)]
+
+    def waited_long() -> bool:
+        found = probes_by_pid(pids[:3]).values()
+        since = [p.progress.waiting_since for p in found]
+        return len(since) == 3 and all(
+            s is not None and time.time() - s > LONG_WAIT_S + 0.5 for s in since
+        )
+
+    wait_until(waited_long, timeout=60, what="ranks 0-2 to wait in all_reduce for 5 s")
+
+    result = CliRunner().invoke(cli.app, ["stacks", "--json", "--ranks", "0-3"])
+
+    release.write_text("go")
+    ray.get(running[3], timeout=30)
+    assert result.exit_code == 1, result.output
+    [data] = json.loads(result.output)["data"]
+    [finding] = data["findings"]
+    assert (finding["waiting"], finding["elsewhere"], data["looks"]) == ([0, 1, 2], [3], 1)
+    waited = {m["rank"]: m["waited_s"] for g in data["groups"] for m in g["members"] if m["active"]}
+    assert all(waited[r] >= LONG_WAIT_S for r in (0, 1, 2)), waited
+    assert waited[3] is None  # it never entered the all_reduce
 
 
 def test_ranks_in_different_places_while_they_step_are_no_finding(four_ranks):

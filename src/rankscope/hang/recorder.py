@@ -297,6 +297,14 @@ def collective_recorder() -> CollectiveRecorder:
     return _recorder
 
 
+def oldest_call_start() -> float | None:
+    """When this process's oldest collective call still running began (None: none runs). A
+    probe's every answer carries it (`Progress.waiting_since`): `rankscope stacks` then knows
+    how long a rank has waited in its collective from one look."""
+    call = _recorder.in_flight(older_than=time.time())
+    return None if call is None else call.start
+
+
 def record_collectives() -> None:
     """Record every torch.distributed call in this process from now on (idempotent)."""
     import torch.distributed as dist

@@ -28,7 +28,7 @@ import time
 from rankscope import level
 from rankscope.context import RankContext
 from rankscope.hang.activity import find_work
-from rankscope.hang.recorder import collective_recorder, record_when_imported
+from rankscope.hang.recorder import collective_recorder, oldest_call_start, record_when_imported
 from rankscope.runtime.probe import Probe, progress, register_startup
 from rankscope.serialize import plain
 from rankscope.stacks.capture import capture_threads
@@ -174,10 +174,12 @@ def current_watchdog() -> Watchdog | None:
 
 @register_startup
 def _start_recording_and_watching(probe: Probe) -> None:
-    """At the light level and above: record collectives and watch for hangs."""
+    """At the light level and above: record collectives (and say in every answer since when
+    the oldest one still running runs) and watch for hangs."""
     global _current
     if probe.config.level == "off":
         return
     record_when_imported()
+    progress.waiting = oldest_call_start
     _current = Watchdog(probe)
     _current.start()

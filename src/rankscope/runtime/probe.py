@@ -131,13 +131,20 @@ class _ProgressCounter:
     def __init__(self) -> None:
         self.step = 0
         self.last_progress = time.time()
+        self.waiting: Callable[[], float | None] = lambda: None
+        """Since when the oldest collective call still running runs: set by the collective
+        recorder once it records (`hang.recorder.oldest_call_start`)."""
 
     def tick(self) -> None:
         self.step += 1
         self.last_progress = time.time()
 
     def snapshot(self) -> Progress:
-        return Progress(step=self.step, last_progress=self.last_progress)
+        try:
+            waiting_since = self.waiting()
+        except Exception:  # contained: a heartbeat never fails for it
+            waiting_since = None
+        return Progress(self.step, self.last_progress, waiting_since)
 
 
 progress = _ProgressCounter()

@@ -54,6 +54,9 @@ class Progress:
     step: int
     last_progress: float
     """Wall-clock time of the last `rankscope.step()` (or of probe start when never called)."""
+    waiting_since: float | None = None
+    """When its oldest torch.distributed call still running began (the collective recorder's;
+    wall clock); None when none runs or nothing records them (the level `off`)."""
 
 
 SUMMARIES_BUDGET_BYTES = 4096

@@ -4,8 +4,9 @@ finding: ranks stuck waiting for a rank of their group that is elsewhere.
 Ranks in different places is normal while they make progress: a rank waits in all_reduce for a
 slower one many times a second. It is a finding when ranks wait in a collective (or have stopped
 stepping) while another rank of their group is somewhere else, and not every rank of that group
-has stepped (`rankscope.step()`) within PROGRESS_WINDOW_S. Without steps a snapshot cannot tell
-a wait from a stall; `collect.stack_reports` then looks twice (`confirmed`).
+has stepped (`rankscope.step()`) within PROGRESS_WINDOW_S. One snapshot cannot tell a wait from
+a stall, so `collect.stack_reports` looks twice (`confirmed`), unless the waiting ranks' own
+recorders say they have waited in their collective for LONG_WAIT_S already (`waited_long`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rankscope.stacks.model import (
 )
 
 __all__ = [
+    "LONG_WAIT_S",
     "PROGRESS_WINDOW_S",
     "StackFinding",
     "StackGroup",
@@ -36,10 +38,15 @@ __all__ = [
     "group_stacks",
     "label_members",
     "summarize",
+    "waited_long",
 ]
 
 PROGRESS_WINDOW_S = 1.0
 """A rank that called `rankscope.step()` this recently makes progress: it is not stuck."""
+LONG_WAIT_S = 5.0
+"""Ranks that have waited this long in a collective (their recorders say so) are stuck there,
+not in a normal wait: their finding needs no second look (`waited_long`). As `rankscope
+hang`'s minimum wait."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,9 @@ class StackMember:
     """Seconds since its last `rankscope.step()`; None when it never called it."""
     parent: str = ""
     """For a child process (an engine a rank started): its parent's label, `rank 2`."""
+    waited_s: float | None = None
+    """How long its oldest collective call had run when its probe took the stacks (its
+    recorder's); None when none ran, nothing records, or the stacks are py-spy's."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,9 @@ class StackReport:
     process_count: int
     findings: tuple[StackFinding, ...] = ()
     """Groups of ranks stuck waiting for a rank that is elsewhere (exit code 1)."""
+    looks: int = 1
+    """2 when the first look's findings were looked at again (`confirmed`): their waiting
+    ranks' recorders did not say they had waited LONG_WAIT_S."""
 
     @property
     def ok(self) -> bool:
@@ -150,6 +163,9 @@ def group_stacks(
             continue
         progress, taken_at = proc.status.progress, proc.taken_at or now
         since_step = max(0.0, taken_at - progress.last_progress) if progress.step > 0 else None
+        waited = None
+        if proc.taken_at is not None and progress.waiting_since is not None:
+            waited = max(0.0, proc.taken_at - progress.waiting_since)
         active = active_thread(proc.threads)
         for thread in proc.threads:
             member = StackMember(
@@ -166,6 +182,7 @@ def group_stacks(
                 progress.step,
                 since_step,
                 proc.parent.context.label if proc.parent is not None else "",
+                waited,
             )
             key = tuple((f.filename, f.lineno, f.function) for f in thread.frames)
             buckets.setdefault(key, []).append((thread, member))
@@ -226,6 +243,24 @@ def find_stuck(groups: Sequence[StackGroup]) -> tuple[StackFinding, ...]:
             )
         )
     return tuple(findings)
+
+
+def waited_long(report: StackReport) -> tuple[StackFinding, ...]:
+    """The findings whose waiting ranks have all waited LONG_WAIT_S or more in their
+    collective, as their own recorders say: the group has waited that long for the ranks
+    elsewhere, which a second look a second later can only repeat."""
+    waited = {
+        (m.group, m.rank): m.waited_s
+        for g in report.groups
+        for m in g.members
+        if m.active and m.rank is not None
+    }
+
+    def long(f: StackFinding, rank: int) -> bool:
+        seconds = waited.get((f.group, rank))
+        return seconds is not None and seconds >= LONG_WAIT_S
+
+    return tuple(f for f in report.findings if f.waiting and all(long(f, r) for r in f.waiting))
 
 
 def confirmed(first: StackReport, again: StackReport) -> StackReport:

@@ -48,7 +48,8 @@ def stacks(
     """Python stacks of every thread of every rank, grouped by identical stack.
 
     Exits 1 when ranks wait in a collective (or stalled) while a rank of their group is
-    elsewhere, in two looks a second apart: the one-line finding names them.
+    elsewhere, in two looks a second apart, or in one when the waiting ranks' recorders say
+    they have waited 5 s: the one-line finding names them.
     """
     from rankscope.cli.output import to_json
     from rankscope.stacks.collect import stack_reports

@@ -18,11 +18,13 @@ from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import CommandResult, FanOutResult, ProbeState, ProbeStatus
 from rankscope.runtime.selection import filter_jobs_by_group, filter_ranks
 from rankscope.stacks.analysis import (
+    StackFinding,
     StackReport,
     confirm_sample,
     confirmed,
     confirmed_by_sample,
     group_stacks,
+    waited_long,
 )
 from rankscope.stacks.model import ChildProcess, ProcessStacks
 from rankscope.stacks.pyspy import PARALLEL_DUMPS, PYSPY_TIMEOUT_S, dump_on_node
@@ -31,7 +33,8 @@ DEFAULT_DEADLINE_S = 2.0
 CONFIRM_AFTER_S = 1.0
 """When the first look finds ranks stuck, look again: each rank takes its second stacks this
 long after its first, on its own clock (`capture.LookSpacing`); a wait that is part of normal
-progress has moved on by then, a stuck group has not."""
+progress has moved on by then, a stuck group has not. Not when the waiting ranks have
+waited `analysis.LONG_WAIT_S` already, as their recorders say."""
 CONFIRM_ALL_UPTO = 256
 """Up to this many processes the second look takes them all again; past it, a sample of each
 finding's ranks (`analysis.confirm_sample`): at 4,096 ranks a second whole look cost as much
@@ -182,6 +185,40 @@ def pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:
     return out
 
 
+def _look_again(
+    client: HubClient,
+    job_id: str,
+    report: StackReport,
+    settled: tuple[StackFinding, ...],
+    chosen: list[ProbeStatus],
+    first: list[ProcessStacks],
+    deadline_s: float,
+    confirm_after_s: float = CONFIRM_AFTER_S,
+) -> StackReport:
+    """`report` with its findings that are not `settled` kept only when a second look, each
+    rank's `confirm_after_s` after its first, sees them again."""
+    pending = dataclasses.replace(
+        report, findings=tuple(f for f in report.findings if f not in settled)
+    )
+    sampled = len(chosen) > CONFIRM_ALL_UPTO
+    if sampled:  # a sample of each finding's ranks again
+        sample = confirm_sample(pending)
+        chosen = [p for p in chosen if (p.context.group, p.context.rank) in sample]
+    again = collect_stacks(
+        client, chosen, deadline_s=deadline_s, children=False, apart_s=confirm_after_s
+    )
+    if sampled:
+        seen = confirmed_by_sample(pending, group_stacks(job_id, again))
+    else:  # their child processes as the first look saw them (a fan-out fewer)
+        children = [s for s in first if s.parent is not None]
+        seen = confirmed(pending, group_stacks(job_id, again + children))
+    kept = {(f.group, f.waiting, f.elsewhere) for f in seen.findings}
+    findings = tuple(
+        f for f in report.findings if f in settled or (f.group, f.waiting, f.elsewhere) in kept
+    )
+    return dataclasses.replace(seen, findings=findings, looks=2)
+
+
 def stack_reports(
     address: str | None,
     job: str | None,
@@ -193,7 +230,8 @@ def stack_reports(
     group: str | None = None,
 ) -> list[StackReport]:
     """`rankscope stacks`: every selected job's processes, their stacks grouped, and the ranks
-    stuck waiting for a rank of their group that is elsewhere (seen in two looks)."""
+    stuck waiting for a rank of their group that is elsewhere (seen in two looks, or in one
+    when the waiting ranks' recorders say they have waited LONG_WAIT_S)."""
     wanted = parse_rank_spec(ranks) if ranks is not None else None  # bad spec: fail before Ray
     client = client or HubClient.attach(address)
     reports = []
@@ -208,19 +246,11 @@ def stack_reports(
             )
         first = collect_stacks(client, chosen, deadline_s=deadline_s)
         report = group_stacks(job_id, first)
-        if report.findings:  # each rank looked at again confirm_after_s after its first look
-            sampled = len(chosen) > CONFIRM_ALL_UPTO
-            if sampled:  # a sample of each finding's ranks again
-                sample = confirm_sample(report)
-                chosen = [p for p in chosen if (p.context.group, p.context.rank) in sample]
-            again = collect_stacks(
-                client, chosen, deadline_s=deadline_s, children=False, apart_s=confirm_after_s
+        settled = waited_long(report)  # the rest: each rank looked at again a second later
+        if len(settled) < len(report.findings):
+            report = _look_again(
+                client, job_id, report, settled, chosen, first, deadline_s, confirm_after_s
             )
-            if sampled:
-                report = confirmed_by_sample(report, group_stacks(job_id, again))
-            else:  # their child processes as the first look saw them (a fan-out fewer)
-                children = [s for s in first if s.parent is not None]
-                report = confirmed(report, group_stacks(job_id, again + children))
         reports.append(report)
     if wanted is not None and not reports:
         raise UserError(f"--ranks {ranks}: no registered process of any live job has those ranks")
