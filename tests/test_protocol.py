@@ -3,12 +3,24 @@ unpickled only by their reader; the records they carry cross whole."""
 
 from __future__ import annotations
 
+import io
 import pickle
+from dataclasses import replace
 
 import ray.cloudpickle
 
+from rankscope.context import RankContext
 from rankscope.hang.model import CallState, CollectiveRecord
-from rankscope.runtime.protocol import CommandResult, PollRequest, Progress, Summaries
+from rankscope.runtime.protocol import (
+    CommandResult,
+    PollRequest,
+    ProbeInfo,
+    ProbeRows,
+    ProbeState,
+    ProbeStatus,
+    Progress,
+    Summaries,
+)
 from rankscope.stacks.model import Frame
 
 UNPICKLED: list[str] = []
@@ -56,6 +68,30 @@ def test_an_answer_says_how_far_its_rank_got_as_it_answered():
         101.2,
         "stacks",
     )
+
+
+def test_registry_rows_cross_as_one_plain_pickle():
+    """Ray pickles an actor method's result with cloudpickle, whose hook runs per object: the
+    hub's rows go through it as one list of bytes, not as thousands of rows."""
+    seen: list[str] = []
+
+    class Counting(ray.cloudpickle.cloudpickle.Pickler):
+        def reducer_override(self, obj):
+            seen.append(type(obj).__name__)
+            return super().reducer_override(obj)
+
+    context = RankContext(0, 0, 2, "node", "10.0.0.1", "host", 7, "j", None, None, None, "env")
+    info = ProbeInfo("p0", context, "0", 1.0)
+    rows = ProbeRows(
+        ProbeStatus(replace(info, probe_id=f"p{r}"), ProbeState.ALIVE, 1.0, 2.0,
+                    Progress(r, 3.0, 2.5), 0, 0)
+        for r in range(100)
+    )  # fmt: skip
+    sent = io.BytesIO()
+    Counting(sent, protocol=5).dump(rows)
+
+    assert "ProbeStatus" not in seen and len(seen) < 5, seen
+    assert pickle.loads(sent.getvalue()) == list(rows)
 
 
 def test_results_compare_by_what_they_say():

@@ -43,6 +43,7 @@ from rankscope.runtime.protocol import (
     PollReply,
     PollRequest,
     ProbeInfo,
+    ProbeRows,
     ProbeStatus,
     Progress,
 )
@@ -268,7 +269,7 @@ class Hub:
         if probe_ids is not None:
             wanted = set(probe_ids)
             records = [r for r in records if r.info.probe_id in wanted]
-        return [r.status(summaries) for r in records]
+        return ProbeRows(r.status(summaries) for r in records)
 
     async def groups(self, job_id: str) -> dict[str, dict[str, tuple[int, ...]]]:
         """The job's process groups by worker group: name -> ranks (`PollRequest.groups`)."""
