@@ -6,12 +6,12 @@ real probe sends with every heartbeat, the events it batched), and a `reply` to 
 the poll hands back. `stacks`, `children` and `collectives` are answered with payloads shaped and
 sized like a real training rank's (a main thread in all_reduce plus helper threads; a 2,000-call
 collective ring buffer); any other command gets the real probe's "unknown command" error. A few
-ranks are "odd" (stuck in the data loader instead of all_reduce) so `stacks`/`hang` have
-something to single out. The ranks step every `--step-s` (their heartbeats and answers say so,
-as `rankscope.step()` makes a real probe's) until SIGUSR1 stalls them where they are: then the
-job is hung, and `stacks` finds the odd ranks; their answers say since when the others wait in
-all_reduce, as a real probe's recorder does (SIGUSR2: they do not, as at the level `off`, and
-`stacks` takes its confirming look).
+ranks are "odd" (stuck in the data loader instead of all_reduce: one in 997, and the last) so
+`stacks`/`hang` have something to single out. The ranks step every `--step-s` (their heartbeats
+and answers say so, as `rankscope.step()` makes a real probe's) until SIGUSR1 stalls them where
+they are: then the job is hung, and `stacks` finds the odd ranks; their answers say since when
+the others wait in all_reduce, as a real probe's recorder does (SIGUSR2: they do not, as at the
+level `off`, and `stacks` takes its confirming look).
 
 The probes are asyncio tasks in one Ray actor (`SimHost`, on this node, owned by this process);
 the hub sees them as processes of that actor (pid, node), so its liveness check finds them
@@ -70,7 +70,15 @@ SUMMARY_RECORDS = 16
 RING_RECORDS = 2000
 """As `hang.recorder.DEFAULT_CAPACITY`: the ring buffer a `collectives` command returns."""
 ODD_EVERY = 997
-"""One rank in this many is odd (in the data loader, not all_reduce)."""
+"""One rank in this many is odd (in the data loader, not all_reduce), and the job's last."""
+
+
+def is_odd(rank: int, world: int) -> bool:
+    """In the data loader while the others are in all_reduce: one rank in ODD_EVERY, and the
+    last, so that a job of any size has one."""
+    return rank % ODD_EVERY == ODD_EVERY - 1 or rank == world - 1
+
+
 STEP_S = 0.5
 """A simulated rank steps this often (`--step-s`) until the simulator is stalled."""
 
@@ -143,9 +151,9 @@ def helper_threads() -> tuple[ThreadStack, ...]:
     )
 
 
-def stacks_payload(rank: int) -> tuple[ThreadStack, ...]:
+def stacks_payload(rank: int, world: int) -> tuple[ThreadStack, ...]:
     """What the `stacks` command returns: every Python thread, innermost frame first."""
-    return (main_thread(rank % ODD_EVERY == ODD_EVERY - 1), *helper_threads())
+    return (main_thread(is_odd(rank, world)), *helper_threads())
 
 
 def where_now(threads: tuple[ThreadStack, ...]) -> str | None:
@@ -240,7 +248,7 @@ def summaries(rank: int, world: int, now: float) -> Summaries:
     """What a real probe sends with every heartbeat: every feature's summary, sized as a busy
     trainer's (`where` and `collectives` from `hang.evidence`, `logs`, `monitor`, `clock`;
     `alerts` is None while none fired)."""
-    odd = rank % ODD_EVERY == ODD_EVERY - 1
+    odd = is_odd(rank, world)
     where = "next_batch data.py:41" if odd else "all_reduce <- train_step train.py:88"
     return Summaries(
         {
@@ -326,7 +334,7 @@ class SimProbe:
         last = s.started + step * s.step_s
         waiting_since: float | None = last
         if s.stalled_at is not None:
-            odd = self.rank % ODD_EVERY == ODD_EVERY - 1
+            odd = is_odd(self.rank, s.world)
             waiting_since = None if odd or not s.waits_known else s.stalled_at
         return Progress(step, last, waiting_since)
 
@@ -407,9 +415,11 @@ class SimProbe:
         """As `Probe.run_command` with the real handlers' payload shapes. Built once per rank
         and kept: one simulator answers for many ranks on one core, a real rank for itself."""
         if command.kind == "stacks":
-            return self._cached("stacks", lambda: stacks_payload(self.rank))
+            return self._cached("stacks", lambda: stacks_payload(self.rank, self.sim.world))
         if command.kind == "where":  # as hang.evidence.where_now
-            return self._cached("where", lambda: where_now(stacks_payload(self.rank)))
+            return self._cached(
+                "where", lambda: where_now(stacks_payload(self.rank, self.sim.world))
+            )
         if command.kind == "children":
             return self._cached("children", tuple)
         if command.kind == "collectives":  # one group: its newest `per_group`, as the probe
