@@ -238,7 +238,7 @@ def measure(ray: Any, address: str, n: int, args: argparse.Namespace) -> SizeRes
         )
         for sim in sims:  # their recorders say since when: past LONG_WAIT_S, one look will do
             sim.send_signal(signal.SIGUSR1)
-        time.sleep(max(0.0, stalled + LONG_WAIT_S + 1.0 - time.monotonic()))
+        time.sleep(max(1.0, stalled + LONG_WAIT_S + 1.0 - time.monotonic()))  # they heard it
         res.commands[HUNG] = _time_command(
             HUNG, commands["stacks"], args.repeat, hub_proc, expect=1
         )

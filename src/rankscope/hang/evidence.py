@@ -30,9 +30,12 @@ bigger group's comes from the hub, which has it once (`seen_groups`): at 4,096 r
 were 16 KB of every rank's reply, 64 MB through the hub for one `rankscope hang`."""
 
 
-WINDOW_PER_GROUP = 32
+WINDOW_PER_GROUP = SUMMARY_RECORDS
 """The newest collectives of each group `rankscope hang` asks of every rank in a big job: the
-analysis aligns the ranks at the newest sequence numbers (who waits, who never entered)."""
+analysis aligns the ranks at the newest sequence numbers (who waits, who never entered), and a
+mismatch of ops or shapes stops a group within a call or two, so it lies among them. As many as
+a heartbeat carries (a silent rank's evidence). At 4,096 ranks 32 a rank were 131,072 records
+for the CLI to unpickle and compare, the largest part of `hang`'s own CPU."""
 
 
 def newest_per_group(records: tuple[Any, ...], per_group: int) -> tuple[Any, ...]:

@@ -143,6 +143,9 @@ def merge_flight(
     rankscope's records win where both saw a call: they name the caller's file:line and, for
     NCCL, complete on the device too.
     """
+    flight = tuple(flight)
+    if not flight:  # the common case: no flight recorder (gloo, or NCCL without its buffer)
+        return tuple(records)
     seen = {(r.group, r.p2p, r.seq) for r in records}
     extra = [r for r in flight if (r.group, r.p2p, r.seq) not in seen]
     if not extra:
