@@ -212,10 +212,7 @@ def _look_again(
     else:  # their child processes as the first look saw them (a fan-out fewer)
         children = [s for s in first if s.parent is not None]
         seen = confirmed(pending, group_stacks(job_id, again + children))
-    kept = {(f.group, f.waiting, f.elsewhere) for f in seen.findings}
-    findings = tuple(
-        f for f in report.findings if f in settled or (f.group, f.waiting, f.elsewhere) in kept
-    )
+    findings = tuple(f for f in report.findings if f in settled or f in seen.findings)
     return dataclasses.replace(seen, findings=findings, looks=2)
 
 
