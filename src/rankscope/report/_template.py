@@ -21,7 +21,7 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-al
 .alert { color: #b00020; font-weight: 600; } .warn { color: #b35900; }
 .ok { color: #2e7d32; } .muted { color: #777; }
 nav a { margin-right: 12px; }
-section.finding h2 { color: #b00020; }
+section.finding h2 { color: #b00020; } section.noted h2 { color: #b35900; }
 section.healthy h2::after { content: " \2713"; color: #2e7d32; }
 </style>
 </head>
@@ -50,7 +50,8 @@ section.healthy h2::after { content: " \2713"; color: #2e7d32; }
 {% endif %}
 </section>
 {% for s, charts in sections %}
-<section id="section-{{ s.key }}" class="{{ 'healthy' if s.ok else 'finding' }}">
+{% set look = 'healthy' if s.healthy else ('finding' if not s.ok else 'noted') %}
+<section id="section-{{ s.key }}" class="{{ look }}">
 <h2>{{ s.title }}</h2>
 <p>{{ s.summary }}</p>
 {% if s.findings %}

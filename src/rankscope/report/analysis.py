@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
+from rankscope.report.diagnosis import diagnose
 from rankscope.report.layout import process_label
-from rankscope.report.model import RunData, RunReport, Section, Severity, TimelineItem
+from rankscope.report.model import Diagnosis, RunData, RunReport, Section, Severity, TimelineItem
 from rankscope.report.sections import SECTIONS, consistency_line
 
-VERDICT_ORDER = (
-    "hang",
-    "stacks",
-    "ranks",
-    "pending",
-    "consistency",
-    "memory",
-    "monitor",
-    "alerts",
-    "logs",
-    "trace",
-    "debug",
-    "environment",
-)
-"""Whose finding becomes the page's first sentence: a hang explains the deaths that follow it,
-and an OOM or a leak (hard evidence) goes before the monitors' softer signals such as a rank
-at 1.4x its own best, which a leaking rank's swapping can itself cause. Work no node can
-host is hard evidence too: what waits for it never starts."""
 MAX_TIMELINE = 500
 """Timeline items at most: every warning and failure first, then the rest, evenly thinned."""
 
@@ -53,7 +37,8 @@ def build_report(data: RunData, now: float) -> RunReport:
             continue
         if section is not None:
             built.append(section)
-    sections = tuple(built)
+    found = diagnose(built, data)
+    sections = agree(tuple(built), found)
     try:
         events = timeline(data)
     except Exception as exc:  # the page goes on without its timeline
@@ -63,23 +48,21 @@ def build_report(data: RunData, now: float) -> RunReport:
         job_id=data.job_id,
         source=data.source,
         generated_at=now,
-        verdict=verdict(sections, data),
+        verdict=verdict(sections, data, found),
         timeline=events,
         sections=sections,
         notes=tuple(notes),
+        diagnosis=found,
     )
 
 
-def verdict(sections: Iterable[Section], data: RunData) -> str:
-    """The one sentence a user paged at 3 a.m. reads first."""
+def verdict(sections: Iterable[Section], data: RunData, found: Diagnosis | None) -> str:
+    """The one sentence a user paged at 3 a.m. reads first: the diagnosis' sentence."""
     by_key = {s.key: s for s in sections}
-    order = [*VERDICT_ORDER, *(k for k in by_key if k not in VERDICT_ORDER)]
-    for key in order:
-        section = by_key.get(key)
-        if section is not None and section.findings:
-            more = sum(len(s.findings) for s in by_key.values()) - 1
-            below = f" ({more} more finding{'s' if more > 1 else ''} below)" if more else ""
-            return section.findings[0] + below
+    if found is not None:
+        more = sum(len(s.findings) for s in by_key.values()) - 1
+        below = f" ({more} more finding{'s' if more > 1 else ''} below)" if more > 0 else ""
+        return found.sentence + below
     if not by_key:
         return (
             f"nothing recorded for job {data.job_id} yet: no events, no reports, no live "
@@ -93,6 +76,29 @@ def verdict(sections: Iterable[Section], data: RunData) -> str:
     return "no finding: no hang, no dead rank, no inconsistency, no memory verdict" + (
         f" ({seen})" if seen else ""
     )
+
+
+AGREEING = ("hang", "stacks", "ranks", "monitor")
+"""Sections about where the ranks are and how they step: each must not look healthy beside a
+verdict that names a failing rank."""
+
+
+def agree(sections: tuple[Section, ...], found: Diagnosis | None) -> tuple[Section, ...]:
+    """One page, one story: a section of AGREEING with no finding of its own beside a failing
+    verdict is not drawn healthy; it says that its data shows none of it, and why that can be."""
+    if found is None or found.level is not Severity.FAIL:
+        return sections
+    out = []
+    for s in sections:
+        if s.key in AGREEING and s.ok and s.key != found.source:
+            note = (
+                f"no finding here; the verdict ({found.kind.value}: {found.culprit}) comes from "
+                f"the {found.source} data, which this section's snapshot does not show (taken "
+                "at another moment, or not this kind of evidence)"
+            )
+            s = replace(s, level=Severity.WARN, notes=(note, *s.notes))
+        out.append(s)
+    return tuple(out)
 
 
 def timeline(data: RunData) -> tuple[TimelineItem, ...]:

@@ -141,6 +141,7 @@ def _from_hub(
         processes=processes,
         deaths=status.deaths,
         first_death=status.first_death,
+        died_at=status.died_at,
         hang=hang,
         stacks=stacks,
         health=health,

@@ -51,6 +51,65 @@ class Chart:
     """"time" (epoch seconds, written as a clock) or "step" (step numbers)."""
 
 
+class DiagnosisKind(str, enum.Enum):
+    """What kind of trouble the verdict names: the structured companion of its sentence."""
+
+    EXCEPTION = "exception"
+    """A rank's task or training loop raised; its peers then wait or fail."""
+    DEATH = "death"
+    """A process (or its node) is gone: the first to die."""
+    OOM = "oom"
+    """Out of memory: the kernel or Ray killed a process, or CUDA raised."""
+    HANG = "hang"
+    """A rank is stuck outside the collective its group waits in."""
+    SLOW = "slow"
+    """A rank its group waits for is busy and making progress: slow, not stuck (a note)."""
+    MISMATCH = "mismatch"
+    """Ranks called different collectives (kind, count, shape or dtype) at one point."""
+    COLLECTIVE_FAILED = "collective_failed"
+    """Ranks failed in a collective (the backend raised) with no death or exception behind it."""
+    CROSS_GROUP_DEADLOCK = "cross_group_deadlock"
+    NAN = "nan"
+    LOSS_SPIKE = "loss_spike"
+    LOSS_DIVERGENCE = "loss_divergence"
+    DIVERGENCE = "divergence"
+    """Ranks that should hold the same values do not (consistency checks, loss levels)."""
+    STRAGGLER = "straggler"
+    THROUGHPUT_DRIFT = "throughput_drift"
+    LEAK = "leak"
+    MEMORY = "memory"
+    """Memory use over its threshold share (device or host), not yet a leak or an OOM."""
+    INFEASIBLE = "infeasible"
+    WAITING = "waiting"
+    """Work waits for resources that others hold."""
+    BREAKPOINT = "breakpoint"
+    ERROR_BURST = "error_burst"
+    ENVIRONMENT = "environment"
+    ALERT = "alert"
+    """An alert of a rule of the user's own."""
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The verdict as data: what, who, where and why (`report --json`'s `diagnosis`)."""
+
+    kind: DiagnosisKind
+    culprit: str
+    """Who to look at: `rank 3`, `ranks 2,3`, `pid 123@host`, `actor TaskRunner`, `node IP`."""
+    ranks: tuple[int, ...]
+    where: str
+    """The user's `file.py:LINE`, or the resource (`CPU`), or the process."""
+    why: str
+    sentence: str
+    """The verdict's sentence, as the page shows it."""
+    group: str | None = None
+    node: str | None = None
+    level: Severity = Severity.FAIL
+    """FAIL for a finding; WARN for a note (slow, not stuck) that does not fail the page."""
+    source: str = ""
+    """The section whose data said it (`hang`, `stacks`, `ranks`, ...)."""
+
+
 @dataclass(frozen=True)
 class Section:
     """One feature's part of the report; present only when the run has data for it."""
@@ -63,10 +122,18 @@ class Section:
     tables: tuple[Table, ...] = ()
     charts: tuple[Chart, ...] = ()
     notes: tuple[str, ...] = ()
+    level: Severity = Severity.INFO
+    """Without findings: INFO is healthy; WARN says something to know that is no failure (a
+    rank slow, not stuck; data older than the verdict's finding)."""
 
     @property
     def ok(self) -> bool:
         return not self.findings
+
+    @property
+    def healthy(self) -> bool:
+        """No finding and nothing to note: the page draws a check mark."""
+        return self.ok and self.level is Severity.INFO
 
 
 @dataclass(frozen=True)
@@ -87,6 +154,8 @@ class RunData:
     """The live registry (`status --json`'s processes), empty when the job is not live."""
     deaths: dict[str, str] = field(default_factory=dict)
     first_death: str = ""
+    died_at: dict[str, float] = field(default_factory=dict)
+    """When Ray saw each dead process end (by probe id), where it knows."""
     hang: tuple[dict[str, Any], ...] = ()
     """Live hang reports (`hang --json`'s data)."""
     stacks: tuple[dict[str, Any], ...] = ()
@@ -122,7 +191,10 @@ class RunReport:
     timeline: tuple[TimelineItem, ...]
     sections: tuple[Section, ...]
     notes: tuple[str, ...] = ()
+    diagnosis: Diagnosis | None = None
+    """The verdict's kind, culprit, where and why; None when there is no finding."""
 
     @property
     def ok(self) -> bool:
-        return all(s.ok for s in self.sections)
+        failing = self.diagnosis is not None and self.diagnosis.level is Severity.FAIL
+        return all(s.ok for s in self.sections) and not failing

@@ -54,7 +54,7 @@ def render_summary(report: RunReport, path: str | None) -> RenderableType:
     style = "bold green" if report.ok else "bold red"
     lines: list[RenderableType] = [Text(f"job {report.job_id}: {report.verdict}", style=style)]
     for s in report.sections:
-        mark = "ok" if s.ok else f"{len(s.findings)} finding(s)"
+        mark = "ok" if s.healthy else ("note" if s.ok else f"{len(s.findings)} finding(s)")
         lines.append(Text(f"  {s.title}: {s.summary} [{mark}]"))
     for note in report.notes:
         lines.append(Text(f"  note: {note}", style="yellow"))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from rankscope.ranks import format_ranks
+from rankscope.report.diagnosis import own_errors
 from rankscope.report.environment import environment_section
 from rankscope.report.health import alerts_section, logs_section, monitor_section
 from rankscope.report.layout import MAX_ROWS, fold_rows, process_label, series
@@ -19,6 +21,9 @@ from rankscope.report.model import Chart, RunData, Section, Table
 from rankscope.report.traces import trace_section
 from rankscope.report.trends import trends_section
 from rankscope.units import ago, human_bytes
+
+HANG_WAIT_S = 5.0
+"""`rankscope hang`'s default: what the live hang snapshot calls a wait."""
 
 
 def ranks_section(data: RunData, now: float) -> Section | None:
@@ -29,16 +34,39 @@ def ranks_section(data: RunData, now: float) -> Section | None:
     if not rows:
         return None
     dead = [r for r in rows if r[5] == "dead"]
-    findings = tuple(f"{r[0]} is dead: {r[7] or 'no cause known'}" for r in dead[:8])
+    raised = own_errors(data.events)
+    findings = tuple(
+        f"{'rank ' + str(e['rank']) if e.get('rank') is not None else 'pid ' + str(e.get('pid'))}"
+        f" raised {e.get('exc_type')}: {e.get('message', '')}"
+        + (f" ({e['where']})" if e.get("where") else "")
+        for e in raised[:8]
+    )
+    findings += tuple(
+        f"{r[0]} is dead: {r[7] or 'no cause known'}" for r in dead[:8] if not _anonymous(r)
+    )
     if data.first_death:
         findings = (data.first_death, *findings)
-    odd = [r for r in rows if r[5] != "alive"]
+    odd = [r for r in rows if r[5] != "alive" and not _anonymous(r)]
+    spare = [r for r in rows if _anonymous(r)]
     table = fold_rows(
         ("process", "group", "node", "pid", "actor", "state", "step", "cause"),
         odd,
-        [r for r in rows if r[5] == "alive"],
+        [r for r in rows if r[5] == "alive" and not _anonymous(r)],
         "alive",
     )
+    if spare:  # Ray's own pool workers ran the setup hook too: they are no rank of the job
+        table = replace(
+            table,
+            omitted="; ".join(
+                x
+                for x in (
+                    table.omitted,
+                    f"{len(spare)} Ray worker processes with no rank and no actor "
+                    f"({sum(r[5] == 'dead' for r in spare)} ended) not shown",
+                )
+                if x
+            ),
+        )
     live = "a live snapshot" if data.processes else "as registered; the job is not live"
     summary = f"{len(rows)} processes, {len(dead)} dead ({live})"
     return Section("ranks", "Ranks", findings, summary, (table,))
@@ -66,7 +94,11 @@ def hang_section(data: RunData, now: float) -> Section | None:
         f"({e['payload'].get('reason', '')})"
         for e in written
     )
-    summary = "live: " + ("no rank is stuck" if data.hang and not findings else "see findings")
+    summary = "live: " + (
+        f"no rank has waited {HANG_WAIT_S:g} s in a collective that a peer has not entered"
+        if data.hang and not findings
+        else "see findings"
+    )
     return Section("hang", "Hangs and collectives", tuple(findings), summary, tables, (), notes)
 
 
@@ -283,6 +315,11 @@ def _process_row(p: Mapping[str, Any], deaths: Mapping[str, str], now: float) ->
         str((p.get("progress") or {}).get("step", "-")),
         deaths.get(p["info"]["probe_id"], ""),
     )
+
+
+def _anonymous(row: tuple[str, ...]) -> bool:
+    """A process with no rank and no actor: one of Ray's pool workers, not a part of the job."""
+    return row[0].startswith("pid ") and row[4] == "-"
 
 
 def _registered_row(event: Mapping[str, Any]) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rankscope.hang.model import Death
 from rankscope.runtime.client import HubClient
@@ -28,6 +28,8 @@ class JobStatus:
     deaths: dict[str, str]
     first_death: str = ""
     """When several ranks died: which died first and how the others followed."""
+    died_at: dict[str, float] = field(default_factory=dict)
+    """When Ray saw each dead process end (by probe id), where Ray knows it."""
 
 
 def job_statuses(
@@ -63,6 +65,12 @@ def job_statuses(
                 if p.info.probe_id in deaths
             },
             _first_deaths(probes, deaths),
+            {
+                p.info.probe_id: died_at
+                for p in probes
+                if p.info.probe_id in deaths
+                and (died_at := deaths[p.info.probe_id].died_at) is not None
+            },
         )
         for job_id, probes in jobs.items()
     ]

@@ -1,0 +1,297 @@
+"""The verdict as data: of everything the run shows, the one root cause, and who, where, why.
+
+Pure: the run's data in, one `Diagnosis` out (or None). A failure has consequences that every
+feature sees too: a rank raises, its peers' collectives fail and the client tears the group
+down; a rank dies, its peers fail in the collective it left. So the order is the causal one:
+a rank's own exception or the first death, unless a hang came first (then the hang is the
+story and the deaths follow it); then the sections in `VERDICT_ORDER`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rankscope.report.layout import process_label
+from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section
+from rankscope.report.section_diagnosis import from_hang, from_section, rank_places, ranks_text
+
+__all__ = [
+    "VERDICT_ORDER",
+    "diagnose",
+    "is_consequence",
+    "own_errors",
+]
+VERDICT_ORDER = (
+    "hang",
+    "stacks",
+    "ranks",
+    "pending",
+    "consistency",
+    "memory",
+    "monitor",
+    "alerts",
+    "logs",
+    "trace",
+    "debug",
+    "environment",
+)
+"""Whose finding becomes the page's first sentence, after exceptions and deaths: a hang
+explains the deaths that follow it, and an OOM or a leak (hard evidence) goes before the
+monitors' softer signals such as a rank at 1.4x its own best, which a leaking rank's swapping
+can itself cause. Work no node can host is hard evidence too: what waits for it never starts."""
+TASK_ERROR = "task_error"
+"""The event a probe sends at once when a task, actor method or training loop raises."""
+CONSEQUENCE_TYPES = frozenset(
+    {
+        "RayTaskError",
+        "RayActorError",
+        "ActorDiedError",
+        "ActorUnavailableError",
+        "WorkerCrashedError",
+        "OwnerDiedError",
+        "ObjectLostError",
+        "TaskCancelledError",
+        "RaySystemError",
+        "DistBackendError",
+        "DistNetworkError",
+        "DistStoreError",
+    }
+)
+"""Exceptions that report another process's failure (Ray's error for a task or actor that
+failed elsewhere, torch.distributed's for a peer gone): what followed, never the cause."""
+PEER_GONE = re.compile(
+    r"connection closed by peer|connection reset by peer|broken pipe|timed out|timeout"
+    r"|communicator was aborted|process group .* (?:aborted|shut ?down)|actor died"
+    r"|the actor is dead|worker crashed|socket closed",
+    re.IGNORECASE,
+)
+"""A collective's error when a peer left or never came: the peer is the story."""
+EARLIER_SLACK_S = 1.0
+"""A death counts as before an exception only when it is this much earlier: the exception
+reaches the hub at once, while a death is dated by Ray or by the last heartbeat."""
+_OOM = re.compile(r"out of memory|\boom\b|memory monitor|memory usage", re.IGNORECASE)
+KILLED_BY_CONTROLLER = "ray.kill"
+"""A death Ray explains as `ray.kill`: a controller or driver ended it after another failed."""
+
+
+def diagnose(sections: Sequence[Section], data: RunData) -> Diagnosis | None:
+    """The root cause of what the sections found, or None when nothing failed."""
+    places = rank_places(data.stacks)
+    found = _root_failure(data, places)
+    if found is not None:
+        return found
+    by_key = {s.key: s for s in sections}
+    for key in [*VERDICT_ORDER, *(k for k in by_key if k not in VERDICT_ORDER)]:
+        section = by_key.get(key)
+        if section is None or not section.findings:
+            continue
+        return from_section(section, data, places)
+    return None
+
+
+# ----------------------------------------------------------------- exceptions and deaths
+def own_errors(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The task errors that are a rank's own (not a peer's failure seen from here), oldest
+    first; each payload with the event's `time` and `probe_id`."""
+    out = []
+    for e in events:
+        if e.get("kind") != TASK_ERROR:
+            continue
+        payload = {**(e.get("payload") or {})}
+        payload.setdefault("time", e.get("time", 0.0))
+        payload["probe_id"] = e.get("probe_id")
+        if not is_consequence(payload):
+            out.append(payload)
+    return sorted(out, key=lambda p: float(p.get("time") or 0.0))
+
+
+def is_consequence(error: Mapping[str, Any]) -> bool:
+    """An error that reports another process's failure: Ray's error for a task that failed
+    elsewhere, or a collective whose peer left (raised inside torch.distributed)."""
+    kind = str(error.get("exc_type") or "")
+    if kind.split("(", 1)[0].rsplit(".", 1)[-1] in CONSEQUENCE_TYPES:
+        return True
+    message = str(error.get("message") or "")
+    raised_in = _innermost_file(str(error.get("traceback") or ""))
+    in_collective = "torch/distributed" in raised_in or "distributed_c10d" in raised_in
+    return bool(PEER_GONE.search(message)) and (in_collective or "RuntimeError" in kind)
+
+
+def _innermost_file(traceback: str) -> str:
+    files = re.findall(r'File "([^"]+)"', traceback)
+    return files[-1] if files else ""
+
+
+def _root_failure(data: RunData, places: Mapping[tuple[str | None, int], str]) -> Diagnosis | None:
+    """A rank's own exception or the first death, whichever came first; a hang whose culprits
+    are all alive goes before deaths (they followed it)."""
+    errors = own_errors(data.events)
+    death = _first_death(data)
+    if errors:
+        error = errors[0]
+        when = float(error.get("time") or 0.0)
+        if death is None or death[1] >= when - EARLIER_SLACK_S:
+            return _exception(error, data)
+    if death is None:
+        return None
+    hang = _hang_with_live_culprits(data)
+    if hang is not None:
+        return from_hang(hang, data, places)
+    return _death(death[0], data)
+
+
+def _exception(error: Mapping[str, Any], data: RunData) -> Diagnosis:
+    rank = error.get("rank")
+    who = f"rank {rank}" if rank is not None else _error_process(error, data)
+    where = str(error.get("where") or "")
+    why = f"{error.get('exc_type', 'Exception')}: {error.get('message', '')}".strip().rstrip(":")
+    text = f"{who} raised {why}" + (f" ({where})" if where else "")
+    after = _aftermath(data, error.get("group"), rank)
+    return Diagnosis(
+        DiagnosisKind.EXCEPTION,
+        who,
+        (rank,) if isinstance(rank, int) else (),
+        where,
+        why,
+        text + (f"; {after}" if after else ""),
+        group=error.get("group"),
+        node=_node_of(data, str(error.get("probe_id"))),
+        source="ranks",
+    )
+
+
+def _error_process(error: Mapping[str, Any], data: RunData) -> str:
+    for p in data.processes:
+        if p["info"]["probe_id"] == error.get("probe_id"):
+            ctx = p["info"]["context"]
+            return f"actor {ctx['actor_class']}" if ctx.get("actor_class") else process_label(ctx)
+    return f"pid {error.get('pid', '?')}"
+
+
+def _first_death(data: RunData) -> tuple[Mapping[str, Any], float] | None:
+    """The dead process that died first, and when: ranked processes, and rank-less actors
+    (a controller) when no rank died."""
+    dead = [p for p in data.processes if p.get("state") == "dead"]
+    ranked = [p for p in dead if p["info"]["context"].get("rank") is not None]
+    named = [p for p in dead if p["info"]["context"].get("actor_class")]
+    chosen = ranked or named
+    if not chosen:
+        return None
+
+    def when(p: Mapping[str, Any]) -> float:
+        pid = p["info"]["probe_id"]
+        return float(data.died_at.get(pid) or p.get("last_seen") or 0.0)
+
+    def killed(p: Mapping[str, Any]) -> bool:  # ended by a controller: it followed another
+        return KILLED_BY_CONTROLLER in data.deaths.get(p["info"]["probe_id"], "")
+
+    first = min(chosen, key=lambda p: (killed(p), when(p), p["info"]["context"].get("rank") or 0))
+    return first, when(first)
+
+
+def _death(process: Mapping[str, Any], data: RunData) -> Diagnosis:
+    ctx = process["info"]["context"]
+    cause = data.deaths.get(process["info"]["probe_id"], "") or "no cause known"
+    rank = ctx.get("rank")
+    label = (
+        process_label(ctx)
+        if rank is not None or not ctx.get("actor_class")
+        else (f"actor {ctx['actor_class']}")
+    )
+    node = ctx.get("node_ip") or ctx.get("hostname")
+    kind = DiagnosisKind.OOM if _OOM.search(cause) else DiagnosisKind.DEATH
+    culprit, ranks = label, ((rank,) if rank is not None else ())
+    if cause.startswith("node gone"):
+        culprit = f"node {node}"
+        ranks = tuple(
+            sorted(
+                p["info"]["context"]["rank"]
+                for p in data.processes
+                if p.get("state") == "dead"
+                and p["info"]["context"].get("rank") is not None
+                and (p["info"]["context"].get("node_ip") or p["info"]["context"].get("hostname"))
+                == node
+            )
+        )
+    others = sorted(
+        p["info"]["context"]["rank"]
+        for p in data.processes
+        if p.get("state") == "dead"
+        and p["info"]["context"].get("rank") is not None
+        and p["info"]["context"].get("group") == ctx.get("group")
+        and p["info"]["context"]["rank"] not in ranks
+    )
+    first = "died first" if others else "is dead"
+    text = f"{culprit} {first}: {cause}"
+    if others:
+        text += f"; then {ranks_text(others)} died"
+    after = _aftermath(data, ctx.get("group"), rank, skip=set(others))
+    return Diagnosis(
+        kind,
+        culprit,
+        ranks,
+        f"pid {ctx.get('pid')} on {node}",
+        cause,
+        text + (f"; {after}" if after else ""),
+        group=ctx.get("group"),
+        node=node,
+        source="ranks",
+    )
+
+
+def _aftermath(
+    data: RunData, group: str | None, culprit: object, skip: set[int] | None = None
+) -> str:
+    """What the culprit's group did next, in a few words: who waits, who died."""
+    skip = skip or set()
+    waiting = sorted(
+        {
+            r
+            for report in data.hang
+            for g in report.get("groups", ())
+            if group is None or g.get("group") == group or report.get("group") == group
+            for r in g.get("waiting") or ()
+            if r != culprit and r not in skip
+        }
+    )
+    if waiting:
+        return f"{ranks_text(waiting)} wait for it in a collective"
+    dead = sorted(
+        p["info"]["context"]["rank"]
+        for p in data.processes
+        if p.get("state") == "dead"
+        and p["info"]["context"].get("rank") not in (None, culprit)
+        and p["info"]["context"].get("group") == group
+        and p["info"]["context"]["rank"] not in skip
+    )
+    return f"then {ranks_text(dead)} died" if dead else ""
+
+
+def _hang_with_live_culprits(data: RunData) -> Mapping[str, Any] | None:
+    dead = {
+        (p["info"]["context"].get("group"), p["info"]["context"].get("rank"))
+        for p in data.processes
+        if p.get("state") == "dead"
+    }
+    for report in data.hang:
+        for f in report.get("findings", ()):
+            if f.get("kind") not in ("hang", "mismatch", "cross_group_deadlock"):
+                continue
+            ranks = f.get("ranks") or ()
+            group = report.get("group")
+            if ranks and all((group, r) not in dead for r in ranks):
+                return {**f, "group": f.get("group") or group}
+    return None
+
+
+# ----------------------------------------------------------------- from the sections
+
+
+def _node_of(data: RunData, probe_id: str) -> str | None:
+    for p in data.processes:
+        if p["info"]["probe_id"] == probe_id:
+            ctx = p["info"]["context"]
+            return ctx.get("node_ip") or ctx.get("hostname")
+    return None

@@ -1,0 +1,232 @@
+"""The verdict's rules on synthetic run data (no Ray): the root cause, and `diagnosis` beside it.
+
+A rank's own exception, the first death, a hang before the deaths it caused, a rank idle in
+Ray's loop, a rank at its checkpoint, and one story across the page's sections.
+"""
+
+from __future__ import annotations
+
+from rankscope.cli.output import to_json
+from rankscope.report.analysis import build_report
+from rankscope.report.diagnosis import is_consequence
+from rankscope.report.model import DiagnosisKind, RunData, Severity
+
+NOW = 1_800_000_000.0
+GROUP = "10.0.0.1:29500"
+TRACE = 'Traceback (most recent call last):\n  File "/home/u/train.py", line 92, in step\n'
+
+
+def _process(rank: int | None, state: str = "alive", actor: str = "Worker", seen: float = 5):
+    context = {"rank": rank, "pid": 1000 + (rank or 99), "hostname": "n1", "node_ip": "10.0.0.1",
+               "group": GROUP if rank is not None else None, "actor_class": actor}  # fmt: skip
+    return {
+        "info": {"probe_id": f"p{rank}", "context": context},
+        "state": state,
+        "last_seen": NOW - seen,
+        "progress": {"step": 7},
+    }
+
+
+def _error(rank: int, exc: str, message: str, t: float, where: str = "train.py:92", tb=TRACE):
+    payload = {"rank": rank, "group": GROUP, "pid": 1000 + rank, "exc_type": exc,
+               "message": message, "where": where, "traceback": tb}  # fmt: skip
+    return {"kind": "task_error", "time": t, "payload": payload, "probe_id": f"p{rank}"}
+
+
+def _waiting(ranks: list[int], culprit: int, message: str = "") -> dict:
+    text = message or (
+        f"ranks {ranks[0]}-{ranks[-1]} wait in all_reduce #4 (float32[8]) for 9.0 s; "
+        f"rank {culprit} never entered #4, its last completed collective is #3"
+    )
+    return {
+        "group": GROUP,
+        "findings": [{"kind": "hang", "message": text, "ranks": [culprit], "group": GROUP}],
+        "groups": [{"group": GROUP, "ranks": [0, 1, 2, 3], "last_seq": 4, "waiting": ranks}],
+    }
+
+
+def _stacks(places: dict[int, str]) -> dict:
+    groups = {}
+    for rank, headline in places.items():
+        groups.setdefault(headline, []).append(
+            {"rank": rank, "group": GROUP, "active": True, "pid": 1000 + rank}
+        )
+    return {
+        "groups": [{"headline": h, "members": m, "main_thread": True} for h, m in groups.items()],
+        "findings": [],
+        "process_count": len(places),
+    }
+
+
+def test_a_rank_that_raised_is_named_with_its_exception_and_line():
+    data = RunData(
+        "job",
+        "hub",
+        events=(_error(3, "ValueError", "bad batch", NOW - 10),),
+        processes=tuple(_process(r) for r in range(4)),
+        hang=(_waiting([0, 1, 2], 3),),
+        stacks=(
+            _stacks(
+                {
+                    0: "all_reduce <- step train.py:80",
+                    1: "all_reduce <- step train.py:80",
+                    2: "all_reduce <- step train.py:80",
+                    3: "main_loop worker.py:1069",
+                }
+            ),
+        ),  # fmt: skip
+    )
+    report = build_report(data, NOW)
+    d = report.diagnosis
+    assert d is not None and d.kind is DiagnosisKind.EXCEPTION
+    assert (d.ranks, d.where, d.why) == ((3,), "train.py:92", "ValueError: bad batch")
+    assert report.verdict.startswith(
+        "rank 3 raised ValueError: bad batch (train.py:92); ranks 0-2 wait for it in a collective"
+    )
+    assert not report.ok
+    ranks = next(s for s in report.sections if s.key == "ranks")
+    assert "rank 3 raised ValueError: bad batch (train.py:92)" in ranks.findings
+
+
+def test_the_peers_errors_after_an_exception_are_not_the_cause():
+    peer = "Connection closed by peer [10.0.0.1]:4242"
+    gloo = 'Traceback:\n  File "/x/torch/distributed/distributed_c10d.py", line 2, in all_reduce\n'
+    data = RunData(
+        "job",
+        "hub",
+        events=(
+            _error(0, "RuntimeError", peer, NOW - 20, "train.py:80", gloo),
+            _error(2, "ValueError", "bad batch", NOW - 21),
+            _error(1, "ray.exceptions.RayTaskError(ValueError)", "bad batch", NOW - 19),
+        ),
+        processes=tuple(_process(r) for r in range(4)),
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.EXCEPTION, (2,))
+    assert is_consequence({"exc_type": "RuntimeError", "message": peer, "traceback": gloo})
+    assert not is_consequence({"exc_type": "ValueError", "message": "bad batch"})
+
+
+def test_the_first_death_is_named_and_the_killed_ones_follow_it():
+    data = RunData(
+        "job",
+        "hub",
+        processes=tuple(_process(r, "dead") for r in range(4)),
+        deaths={
+            "p0": "Ray: killed with ray.kill: The actor is dead because it was killed by `ray.kill`.",
+            "p1": "Ray: killed with ray.kill: The actor is dead because it was killed by `ray.kill`.",
+            "p2": "Ray: killed with ray.kill: The actor is dead because it was killed by `ray.kill`.",
+            "p3": "Ray: worker died (SYSTEM_ERROR): connection error code 2.",
+        },
+        died_at={"p0": NOW - 9.0, "p1": NOW - 9.0, "p2": NOW - 9.0, "p3": NOW - 9.0},
+    )
+    report = build_report(data, NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.ranks, d.culprit) == (DiagnosisKind.DEATH, (3,), "rank 3")
+    assert report.verdict.startswith(
+        "rank 3 died first: Ray: worker died (SYSTEM_ERROR): connection error code 2.; "
+        "then ranks 0-2 died"
+    )
+
+
+def test_a_death_beats_the_failed_collectives_it_caused():
+    failed = {"kind": "failed", "message": "ranks 0,2 failed in all_reduce #4: Connection closed "
+              "by peer; rank 3 still waits", "ranks": [1], "group": GROUP}  # fmt: skip
+    data = RunData(
+        "job",
+        "hub",
+        processes=(_process(0), _process(1, "dead"), _process(2), _process(3)),
+        deaths={"p1": "Ray: worker died (SYSTEM_ERROR): killed by signal 9"},
+        hang=({"group": GROUP, "findings": [failed], "groups": []},),
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.DEATH, (1,))
+    assert d.sentence.startswith("rank 1 is dead: Ray: worker died (SYSTEM_ERROR): killed by")
+
+
+def test_a_hang_whose_culprit_lives_goes_before_the_deaths_that_followed():
+    data = RunData(
+        "job",
+        "hub",
+        processes=(_process(0, "dead"), _process(1), _process(2), _process(3)),
+        deaths={"p0": "Ray: killed with ray.kill"},
+        hang=(_waiting([1, 2], 3),),
+        stacks=(_stacks({3: "load_batch data.py:41"}),),
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (DiagnosisKind.HANG, (3,), "data.py:41")
+
+
+def test_a_rank_idle_in_rays_loop_ended_its_work_early():
+    data = RunData(
+        "job",
+        "hub",
+        processes=tuple(_process(r) for r in range(4)),
+        hang=(_waiting([0, 1, 2], 3),),
+        stacks=(_stacks({0: "all_reduce <- step train.py:80", 3: "main_loop worker.py:1069"}),),
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.MISMATCH, (3,))
+    assert d.sentence.startswith("rank 3 has no task running (idle in Ray's worker loop)")
+
+
+def test_rank_less_pool_workers_are_no_finding_and_do_not_crowd_the_table():
+    pool = [_process(None, state, actor="") for state in ("alive", "dead")]
+    pool[1]["info"]["probe_id"] = "pool2"
+    data = RunData("job", "hub", processes=(*(_process(r) for r in range(4)), *pool))
+    report = build_report(data, NOW)
+    assert report.ok and report.diagnosis is None
+    ranks = next(s for s in report.sections if s.key == "ranks")
+    [table] = ranks.tables
+    assert all(not row[0].startswith("pid ") for row in table.rows)
+    assert "2 Ray worker processes with no rank and no actor (1 ended) not shown" in table.omitted
+
+
+def test_one_story_no_section_looks_healthy_beside_a_failing_verdict():
+    stall = {"group": GROUP, "waiting": [0, 1, 2], "where": "all_reduce <- step train.py:80",
+             "elsewhere": [3], "message": "ranks 0-2 wait in all_reduce <- step train.py:80; "
+             "rank 3 is elsewhere: load_batch data.py:41"}  # fmt: skip
+    stacks = _stacks({0: "all_reduce <- step train.py:80", 3: "load_batch data.py:41"})
+    data = RunData(
+        "job",
+        "hub",
+        processes=tuple(_process(r) for r in range(4)),
+        hang=({"group": GROUP, "findings": [], "groups": []},),
+        stacks=({**stacks, "findings": [stall]},),
+    )
+    report = build_report(data, NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (DiagnosisKind.HANG, (3,), "data.py:41")
+    hang = next(s for s in report.sections if s.key == "hang")
+    assert hang.ok and not hang.healthy and hang.level is Severity.WARN
+    assert "no rank is stuck" not in hang.summary
+    assert "the verdict (hang: rank 3) comes from the stacks data" in hang.notes[0]
+    from rankscope.report.render import render_html
+
+    page = render_html(report)
+    assert 'id="section-hang" class="noted"' in page
+
+
+def test_the_diagnosis_is_in_the_json_beside_the_sentence():
+    data = RunData(
+        "job",
+        "hub",
+        events=(_error(3, "ValueError", "bad batch", NOW - 10),),
+        processes=tuple(_process(r) for r in range(4)),
+    )
+    out = to_json("report", build_report(data, NOW))
+    import json
+
+    body = json.loads(out)["data"]
+    assert body["verdict"].startswith("rank 3 raised ValueError")
+    assert body["diagnosis"]["kind"] == "exception"
+    assert body["diagnosis"]["ranks"] == [3]
+    assert body["diagnosis"]["where"] == "train.py:92"
+    assert body["diagnosis"]["level"] == "fail"
+
+
+def test_a_healthy_run_has_no_diagnosis():
+    data = RunData("job", "hub", processes=tuple(_process(r) for r in range(4)))
+    report = build_report(data, NOW)
+    assert report.ok and report.diagnosis is None
+    assert report.verdict.startswith("no finding")
