@@ -13,6 +13,7 @@ from rankscope.report.model import DiagnosisKind, RunData, Severity
 
 NOW = 1_800_000_000.0
 GROUP = "10.0.0.1:29500"
+KILLED = "Ray: killed with ray.kill: The actor is dead because it was killed by `ray.kill`."
 TRACE = 'Traceback (most recent call last):\n  File "/home/u/train.py", line 92, in step\n'
 
 
@@ -74,7 +75,7 @@ def test_a_rank_that_raised_is_named_with_its_exception_and_line():
                     3: "main_loop worker.py:1069",
                 }
             ),
-        ),  # fmt: skip
+        ),
     )
     report = build_report(data, NOW)
     d = report.diagnosis
@@ -113,9 +114,7 @@ def test_the_first_death_is_named_and_the_killed_ones_follow_it():
         "hub",
         processes=tuple(_process(r, "dead") for r in range(4)),
         deaths={
-            "p0": "Ray: killed with ray.kill: The actor is dead because it was killed by `ray.kill`.",
-            "p1": "Ray: killed with ray.kill: The actor is dead because it was killed by `ray.kill`.",
-            "p2": "Ray: killed with ray.kill: The actor is dead because it was killed by `ray.kill`.",
+            **{f"p{r}": KILLED for r in range(3)},
             "p3": "Ray: worker died (SYSTEM_ERROR): connection error code 2.",
         },
         died_at={"p0": NOW - 9.0, "p1": NOW - 9.0, "p2": NOW - 9.0, "p3": NOW - 9.0},
