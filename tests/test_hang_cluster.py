@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import ray
@@ -199,3 +200,30 @@ def test_watchdog_writes_a_hang_report_before_the_backend_timeout(cluster, tmp_p
     assert "all_reduce" in written["reason"] and "has run for" in written["reason"]
     messages = [f["message"] for f in written["report"]["findings"]]
     assert any("rank 1 never entered" in m for m in messages), messages
+
+
+def test_a_hang_raises_an_alert_by_itself_naming_the_rank_and_its_line(four_ranks, tmp_path):
+    """No command run: the group's judge raises `hang` about rank 3, stuck in its own code
+    while ranks 0-2 wait in all_reduce, within a few seconds of the 10 s threshold."""
+    actors, pids = four_ranks
+    client = HubClient.attach(cluster_address())
+    job = str(probes_by_pid(pids)[pids[0]].context.job_id)
+    release = tmp_path / "release"
+    started = time.time()
+    for r, a in enumerate(actors):
+        a.step_once.remote(str(release) if r == 3 else None)
+
+    def hang_alert() -> dict | None:
+        for e in client.events(job, ["alert"], 200):
+            p = e["payload"]
+            if p.get("rule") == "hang" and p.get("rank") == 3 and e["time"] >= started:
+                return e
+        return None
+
+    wait_until(lambda: hang_alert() is not None, timeout=40, what="the hang alert")
+    release.write_text("go")
+    alert = hang_alert()
+    assert alert is not None
+    assert "rank 3 never entered" in alert["payload"]["message"]
+    assert re.search(seen_in(wait_for_data, "workers.py"), alert["payload"]["message"])
+    assert alert["time"] - started < 10 + 2 + 8  # the threshold, a judge turn, heartbeats

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,6 +20,7 @@ from rankscope.ranks import format_ranks
 __all__ = [
     "ACK_ALL",
     "ACK_EVENT",
+    "AlertGate",
     "MemoryReading",
     "RankRules",
     "SilenceRow",
@@ -322,3 +324,52 @@ def silent_ranks(
                     )
                 )
     return found
+
+
+MAX_GATE_KEYS = 1000
+
+
+Key = tuple[str, "int | None", "int | None"]
+
+
+@dataclass
+class AlertGate:
+    """What to raise of the alerts that hold now: new ones at once, repeats at most once per
+    `cooldown_s` (counted between), and the keys that held before and no longer do (resolved).
+
+    Example: `raise_now, resolved = gate.update(alerts, now)`.
+    """
+
+    cooldown_s: float = 60.0
+    once: frozenset[str] = frozenset()
+    """Rules of events at one step (keyed by step): raised once, never repeated nor resolved."""
+
+    def __post_init__(self) -> None:
+        self._last: dict[Key, tuple[float, int]] = {}
+
+    def update(
+        self, alerts: Sequence[Alert], now: float | None = None, steps: Sequence[int | None] = ()
+    ) -> tuple[list[Alert], list[tuple[str, int | None]]]:
+        """`steps`: each alert's step (index for index), which keys the once-only kinds."""
+        now = time.time() if now is None else now
+        once = self.once
+        out, holding = [], set()
+        for i, a in enumerate(alerts):
+            step = steps[i] if i < len(steps) and a.rule in once else None
+            key = (a.rule, a.rank, step)
+            holding.add(key)
+            last = self._last.get(key)
+            if last is not None and (a.rule in once or now - last[0] < self.cooldown_s):
+                self._last[key] = (last[0], last[1] + 1)
+                continue
+            count = last[1] + 1 if last is not None else 1
+            self._last[key] = (now, 1)
+            out.append(Alert(**{**a.__dict__, "time": now, "count": count}))
+        while len(self._last) > MAX_GATE_KEYS:  # once-only keys stay; the oldest go first
+            del self._last[next(iter(self._last))]
+        resolved = []
+        for key in list(self._last):
+            if key not in holding and key[0] not in once:
+                del self._last[key]
+                resolved.append((key[0], key[1]))
+        return out, resolved

@@ -12,6 +12,8 @@ report is written to the run directory before the backend's timeout (10-30 min) 
 and the evidence. While the level is switched live to `off` it checks nothing and writes no
 report; back at `light`, the time without a step counts from then.
 
+On ranks 0-3 the same thread runs the group's alert judge (`group_judge`), every 2 s.
+
 Cost: at most one stack capture per check interval (1 s, or `hang_timeout / 4`), none before
 the first step and none while steps come faster than that. Measured (2-core machine, median of
 200): one check of a process with 30 threads ~23 frames deep (700 frames) holds the GIL for
@@ -28,6 +30,7 @@ import time
 from rankscope import level
 from rankscope.context import RankContext
 from rankscope.hang.activity import find_work
+from rankscope.hang.group_judge import GroupJudge
 from rankscope.hang.recorder import collective_recorder, oldest_call_start, record_when_imported
 from rankscope.runtime.probe import Probe, progress, register_startup
 from rankscope.serialize import plain
@@ -53,6 +56,7 @@ class Watchdog:
         """What the last stack capture found the process doing (None: waiting, or not taken)."""
         self._seen_step = 0
         self._fired = False
+        self.judge = GroupJudge()
         self._thread = threading.Thread(target=self._run, name=WATCHDOG_THREAD_NAME, daemon=True)
 
     def start(self) -> None:
@@ -66,6 +70,8 @@ class Watchdog:
                 self._check()
             except Exception as exc:  # contained: the job never sees the watchdog fail
                 log.debug("rankscope watchdog: %s", exc)
+            if level.RECORDING:
+                self.judge.tick()  # ranks 0-3: the group's hangs and deaths as alerts
 
     def _check(self) -> None:
         now = time.time()

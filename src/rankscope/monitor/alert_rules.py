@@ -9,10 +9,10 @@ decides what to raise now, what to hold back within the cooldown, and what stopp
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from rankscope.alerts.analysis import AlertGate as BaseGate
 from rankscope.alerts.model import Alert
 from rankscope.monitor.analysis import loss_levels_disagree
 from rankscope.monitor.collectives import align, latency_findings, window_scores
@@ -137,45 +137,12 @@ def _in(f: Finding, group: str) -> Finding:
     return replace(f, group=group)
 
 
-Key = tuple[str, "int | None", "int | None"]
-
-
 @dataclass
-class AlertGate:
-    """What to raise of the alerts that hold now: new ones at once, repeats at most once per
-    `cooldown_s` (counted between), and the keys that held before and no longer do (resolved).
+class AlertGate(BaseGate):
+    """The alerts feature's gate, with the monitor's once-only kinds (`ONCE`): a NaN or a spike
+    at one step is raised once for that step, never repeated nor resolved.
 
     Example: `raise_now, resolved = gate.update(finding_alerts(found, now), now, steps)`.
     """
 
-    cooldown_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        self._last: dict[Key, tuple[float, int]] = {}
-
-    def update(
-        self, alerts: Sequence[Alert], now: float | None = None, steps: Sequence[int | None] = ()
-    ) -> tuple[list[Alert], list[tuple[str, int | None]]]:
-        """`steps`: each alert's step (index for index), which keys the once-only kinds."""
-        now = time.time() if now is None else now
-        once = {k.value for k in ONCE}
-        out, holding = [], set()
-        for i, a in enumerate(alerts):
-            step = steps[i] if i < len(steps) and a.rule in once else None
-            key = (a.rule, a.rank, step)
-            holding.add(key)
-            last = self._last.get(key)
-            if last is not None and (a.rule in once or now - last[0] < self.cooldown_s):
-                self._last[key] = (last[0], last[1] + 1)
-                continue
-            count = last[1] + 1 if last is not None else 1
-            self._last[key] = (now, 1)
-            out.append(Alert(**{**a.__dict__, "time": now, "count": count}))
-        while len(self._last) > MAX_KEYS:  # once-only keys stay; the oldest go first
-            del self._last[next(iter(self._last))]
-        resolved = []
-        for key in list(self._last):
-            if key not in holding and key[0] not in once:
-                del self._last[key]
-                resolved.append((key[0], key[1]))
-        return out, resolved
+    once: frozenset[str] = frozenset(k.value for k in ONCE)

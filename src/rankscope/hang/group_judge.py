@@ -1,0 +1,204 @@
+"""Hangs, desyncs and deaths raised as alerts within seconds, with no command run.
+
+The judge runs on the watchdog's thread of ranks 0-3 of each group; the lowest live one judges
+(as the monitor's group judge: `alerts.judge.judges_group`). Every `JUDGE_EVERY_S` it reads the
+hub once, lean (who lives, and since when each rank waits in a collective: `Progress`), and
+only when a rank of its group has waited past `wait_threshold` or died does it read the group's
+`collectives` and `where` heartbeat summaries and run `analyze_hang`, the analysis `rankscope
+hang` runs. Alerts go through the alerts feature (events, `rankscope alerts`, `status`, the
+webhook), each once until it stops holding. Never raises; never touches the training thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankscope.alerts.analysis import AlertGate
+from rankscope.alerts.judge import FALLBACK_RANKS, HubReader, judges_group
+from rankscope.alerts.model import Alert
+from rankscope.alerts.rules import publish
+from rankscope.context import get_context
+from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang
+from rankscope.hang.model import RecorderSnapshot
+from rankscope.ranks import format_ranks
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
+
+__all__ = ["GroupJudge", "group_alerts", "wait_threshold"]
+
+JUDGE_EVERY_S = 2.0
+"""A hang is raised within this of passing its threshold (plus a heartbeat)."""
+JUDGE_EVERY_LARGE_S = 10.0
+"""In groups of more than `LARGE_GROUP` ranks: each lean read is a row per rank."""
+LARGE_GROUP = 256
+WAIT_FLOOR_S = 10.0
+"""A wait in a collective shorter than this is never a hang alert."""
+STEP_FACTOR = 5.0
+"""...nor one shorter than this many of the group's median steps (slow steps wait longer)."""
+COOLDOWN_S = 300.0
+"""An alert that still holds is raised again at most this often."""
+RULES = {
+    FindingKind.HANG: ("hang", "critical"),
+    FindingKind.CROSS_GROUP: ("hang", "critical"),
+    FindingKind.MISMATCH: ("desync", "critical"),
+    FindingKind.FAILED: ("collective_failed", "error"),
+}
+SUMMARIES = ["collectives", "where", "monitor"]
+
+
+def wait_threshold(step_s: Sequence[float]) -> float:
+    """How long ranks must wait in a collective before it is a hang: max(10 s, 5 median steps)."""
+    steps = sorted(s for s in step_s if s > 0)
+    median = steps[len(steps) // 2] if steps else 0.0
+    return max(WAIT_FLOOR_S, STEP_FACTOR * median)
+
+
+def needs_a_look(probes: Sequence[ProbeStatus], group: str, now: float, threshold: float) -> bool:
+    """From the lean read: a rank of the group waited past the threshold, or died."""
+    for p in probes:
+        if (p.context.group or "") != group or p.context.rank is None:
+            continue
+        if p.state == ProbeState.DEAD:
+            return True
+        since = p.progress.waiting_since
+        if since is not None and now - since >= threshold:
+            return True
+    return False
+
+
+def group_alerts(
+    job_id: str,
+    group: str,
+    probes: Sequence[ProbeStatus],
+    groups: Mapping[str, tuple[int, ...]],
+    now: float,
+    threshold: float,
+) -> list[Alert]:
+    """The alerts of one group from its heartbeat summaries (pure): hangs and desyncs as
+    `analyze_hang` finds them over the ranks' last collectives, and the first death."""
+    mine = [p for p in probes if (p.context.group or "") == group and p.context.rank is not None]
+    evidence = []
+    for p in mine:
+        snapshot = p.summaries.get("collectives")
+        records = snapshot.records if isinstance(snapshot, RecorderSnapshot) else ()
+        where = p.summaries.get("where")
+        evidence.append(
+            RankEvidence(
+                rank=int(p.context.rank),  # type: ignore[arg-type]
+                records=tuple(records),
+                groups=dict(groups),
+                where=where if isinstance(where, str) else None,
+                dead=p.state == ProbeState.DEAD,
+                last_seen=p.last_seen,
+            )
+        )
+    out = []
+    report = analyze_hang(job_id, evidence, now, min_wait_s=threshold)
+    for f in report.findings:
+        rule = RULES.get(f.kind)
+        if rule is None:
+            continue
+        out.append(
+            Alert(
+                rule=rule[0],
+                severity=rule[1],
+                message=f.message[:240],
+                time=now,
+                rank=f.ranks[0] if len(f.ranks) == 1 else None,
+                group=group or None,
+                job_id=job_id,
+            )
+        )
+    dead = sorted((p for p in mine if p.state == ProbeState.DEAD), key=lambda p: p.last_seen)
+    if dead:
+        first = dead[0]
+        rest = [int(p.context.rank) for p in dead[1:] if p.context.rank is not None]
+        then = (
+            f"; then {'rank' if len(rest) == 1 else 'ranks'} {format_ranks(rest)}" if rest else ""
+        )
+        out.append(
+            Alert(
+                rule="death",
+                severity="critical",
+                message=(
+                    f"rank {first.context.rank} died (pid {first.context.pid} on "
+                    f"{first.context.node_ip or first.context.hostname}): its probe went silent "
+                    f"{now - first.last_seen:.0f} s ago and its process is gone{then}; "
+                    "`rankscope status` says why"
+                )[:240],
+                time=now,
+                rank=first.context.rank,
+                group=group or None,
+                job_id=job_id,
+            )
+        )
+    return out
+
+
+@dataclass
+class GroupJudge:
+    """One per process: `tick()` from the watchdog's loop, which returns at once unless due."""
+
+    hub: HubReader = field(default_factory=HubReader)
+    gate: AlertGate = field(default_factory=lambda: AlertGate(COOLDOWN_S))
+    at: float = 0.0
+    every: float = JUDGE_EVERY_S
+
+    def tick(self, now: float | None = None) -> None:
+        with contextlib.suppress(Exception):
+            self._tick(time.time() if now is None else now)
+
+    def _tick(self, now: float) -> None:
+        ctx = get_context()
+        if ctx.rank is None or ctx.rank >= FALLBACK_RANKS or now - self.at < self.every:
+            return
+        self.at = now
+        group = ctx.group or ""
+        lean = self.hub.list_probes(ctx.job_id, [])
+        if not lean or not judges_group(ctx.rank, ctx.group, lean):
+            return
+        mine = [p for p in lean if (p.context.group or "") == group]
+        self.every = JUDGE_EVERY_LARGE_S if len(mine) > LARGE_GROUP else JUDGE_EVERY_S
+        threshold = wait_threshold(_step_times(mine))
+        alerts: list[Alert] = []
+        if needs_a_look(mine, group, now, threshold):
+            full = self.hub.list_probes(ctx.job_id, SUMMARIES)
+            if full is None:
+                return
+            full = [p for p in full if (p.context.group or "") == group]
+            threshold = wait_threshold(_step_times(full))
+            alerts = group_alerts(
+                ctx.job_id or "", group, full, _groups(self.hub, ctx.job_id, group), now, threshold
+            )
+        new, resolved = self.gate.update(alerts, now)
+        if new or resolved:
+            publish(new, resolved)
+
+
+def _step_times(probes: Sequence[ProbeStatus]) -> list[float]:
+    out = []
+    for p in probes:
+        summary: Any = p.summaries.get("monitor")
+        step_s = getattr(summary, "step_s", 0.0) or 0.0
+        if step_s > 0:
+            out.append(float(step_s))
+    return out
+
+
+def _groups(hub: HubReader, job_id: str | None, group: str) -> dict[str, tuple[int, ...]]:
+    """The process groups' rank lists the hub keeps for this worker group (empty on failure:
+    `analyze_hang` then takes the ranks seen in each group's records)."""
+    try:
+        import ray
+
+        from rankscope.alerts.judge import JUDGE_TIMEOUT_S
+
+        if hub.hub is None or job_id is None:
+            return {}
+        by_group = ray.get(hub.hub.groups.remote(job_id), timeout=JUDGE_TIMEOUT_S)
+        return dict(by_group.get(group) or by_group.get(group or None) or {})
+    except Exception:
+        return {}

@@ -1,0 +1,91 @@
+"""The hang feature's alert judge on synthetic heartbeat rows (no Ray): when it looks, what
+it raises, and that waits shorter than the threshold raise nothing."""
+
+from __future__ import annotations
+
+from rankscope.context import RankContext
+from rankscope.hang.group_judge import group_alerts, needs_a_look, wait_threshold
+from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
+
+NOW = 1_000.0
+GROUP = "10.0.0.1:29500"
+
+
+def _rec(seq: int, state=CallState.COMPLETED, start: float = 900.0, shape=(8,)):
+    end = None if state is CallState.STARTED else start + 0.01
+    return CollectiveRecord(
+        "0", seq, "all_reduce", (shape,), ("float32",), start, end, state, "train.py:88"
+    )
+
+
+def _probe(rank: int, records, where: str, state=ProbeState.ALIVE, waiting=None, seen=NOW):
+    ctx = RankContext(
+        rank, rank, 4, "n0", "10.0.0.1", "h0", 100 + rank, "job", None, "W", None, "env", GROUP
+    )
+    snapshot = RecorderSnapshot(tuple(records), {}, 0, True)
+    summaries = {"collectives": snapshot, "where": where}
+    return ProbeStatus(
+        ProbeInfo(f"p{rank}", ctx, "0", NOW),
+        state,
+        NOW - 60,
+        seen,
+        Progress(5, NOW - 30, waiting),
+        0,
+        0,
+        summaries,
+    )
+
+
+def _stalled_job(waited: float) -> list[ProbeStatus]:
+    start = NOW - waited
+    waiting = [_rec(3), _rec(4, CallState.STARTED, start)]
+    probes = [_probe(r, waiting, "all_reduce <- step train.py:88", waiting=start) for r in range(3)]
+    probes.append(_probe(3, [_rec(3)], "load_batch data.py:41"))
+    return probes
+
+
+def test_a_rank_stuck_elsewhere_is_raised_once_its_peers_waited_past_the_threshold():
+    probes = _stalled_job(waited=12.0)
+    assert needs_a_look(probes, GROUP, NOW, 10.0)
+    [alert] = group_alerts("job", GROUP, probes, {"0": (0, 1, 2, 3)}, NOW, 10.0)
+    assert (alert.rule, alert.rank, alert.severity) == ("hang", 3, "critical")
+    assert "rank 3 never entered #4" in alert.message
+    assert "load_batch data.py:41" in alert.message
+
+
+def test_a_wait_under_the_threshold_is_not_looked_at_nor_raised():
+    probes = _stalled_job(waited=6.0)
+    assert not needs_a_look(probes, GROUP, NOW, 10.0)
+    assert group_alerts("job", GROUP, probes, {"0": (0, 1, 2, 3)}, NOW, 10.0) == []
+
+
+def test_the_threshold_grows_with_the_groups_step_time():
+    assert wait_threshold([]) == 10.0
+    assert wait_threshold([0.5, 0.6, 0.4]) == 10.0
+    assert wait_threshold([4.0, 4.2, 3.9]) == 20.0
+
+
+def test_a_desync_is_raised_with_the_odd_rank():
+    probes = [
+        _probe(
+            r, [_rec(3), _rec(4, CallState.STARTED, NOW - 15)], "x train.py:88", waiting=NOW - 15
+        )
+        for r in range(3)
+    ]
+    odd = [_rec(3), _rec(4, CallState.STARTED, NOW - 15, shape=(16,))]
+    probes.append(_probe(3, odd, "x train.py:88", waiting=NOW - 15))
+    alerts = group_alerts("job", GROUP, probes, {"0": (0, 1, 2, 3)}, NOW, 10.0)
+    assert [a.rule for a in alerts] == ["desync"]
+    assert alerts[0].rank == 3
+
+
+def test_the_first_death_is_raised_and_names_the_others():
+    probes = _stalled_job(waited=1.0)
+    probes[1] = _probe(1, [_rec(3)], "", ProbeState.DEAD, seen=NOW - 8)
+    probes[2] = _probe(2, [_rec(3)], "", ProbeState.DEAD, seen=NOW - 6)
+    assert needs_a_look(probes, GROUP, NOW, 10.0)
+    alerts = group_alerts("job", GROUP, probes, {"0": (0, 1, 2, 3)}, NOW, 10.0)
+    [death] = [a for a in alerts if a.rule == "death"]
+    assert death.rank == 1 and death.message.startswith("rank 1 died (pid 101 on 10.0.0.1)")
+    assert "then rank 2" in death.message
