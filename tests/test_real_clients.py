@@ -78,11 +78,19 @@ def _json(*args: str) -> tuple[int, object]:
     return result.returncode, json.loads(result.stdout)["data"]
 
 
+def _diagnosis(job_id: str) -> dict:
+    """`rankscope report --json`'s diagnosis: the verdict as data."""
+    _, report = _json("report", "--job", job_id)
+    assert isinstance(report, dict) and report["diagnosis"] is not None, report
+    return report["diagnosis"]
+
+
 def _findings(job_id: str, kind: str) -> list[dict]:
     _, reports = _json("hang", "--job", job_id, "--min-wait", "0.5")
     return [f for r in reports for f in r["findings"] if f["kind"] == kind]  # type: ignore[union-attr]
 
 
+@pytest.mark.timeout(300)  # two `report`s, each a whole live snapshot, on top of the client
 def test_stall_then_death_are_named_on_the_real_client(stalled_job):
     job_id, release, driver = stalled_job
     wait_until(
@@ -100,6 +108,9 @@ def test_stall_then_death_are_named_on_the_real_client(stalled_job):
     ), hang["message"]
     stacks = run_cli("stacks", "--job", job_id, "--address", cluster_address())
     assert re.search(f"rank 2: {where}", stacks.stdout), stacks.stdout
+    blind = _diagnosis(job_id)  # the one command a user who does not know what is wrong runs
+    assert (blind["kind"], blind["ranks"]) == ("hang", [STALLED]), blind
+    assert re.fullmatch(where.rsplit(" ", 1)[-1], blind["where"]), blind  # its file:line
 
     with open(release, "w") as f:
         f.write("die")
@@ -123,6 +134,9 @@ def test_stall_then_death_are_named_on_the_real_client(stalled_job):
     code, status = _json("status", "--job", job_id)
     assert code == 1
     assert status[job_id]["first_death"].startswith("rank 2 died first")  # type: ignore[index]
+    blind = _diagnosis(job_id)
+    assert (blind["kind"], blind["ranks"], blind["culprit"]) == ("death", [STALLED], "rank 2")
+    assert blind["sentence"].startswith("rank 2 died first: "), blind
     driver.communicate(timeout=120)
 
 
