@@ -229,3 +229,70 @@ def test_a_healthy_run_has_no_diagnosis():
     report = build_report(data, NOW)
     assert report.ok and report.diagnosis is None
     assert report.verdict.startswith("no finding")
+
+
+def _saving_job(waited: float, moving: dict[str, str]) -> RunData:
+    """Rank 0 in save_checkpoint while ranks 1-3 wait for it in a barrier."""
+    stall = {"group": GROUP, "waiting": [1, 2, 3], "where": "barrier <- step train.py:80",
+             "elsewhere": [0], "message": "ranks 1-3 wait in barrier <- step train.py:80; "
+             "rank 0 is elsewhere: save_checkpoint ckpt.py:12"}  # fmt: skip
+    stacks = _stacks({0: "save_checkpoint ckpt.py:12", 1: "barrier <- step train.py:80"})
+    for g in stacks["groups"]:
+        for m in g["members"]:
+            m["waited_s"] = waited if m["rank"] else None
+    return RunData(
+        "job",
+        "hub",
+        processes=tuple(_process(r) for r in range(4)),
+        stacks=({**stacks, "findings": [stall]},),
+        moving=moving,
+    )
+
+
+def test_a_rank_that_moves_while_its_group_waits_is_slow_not_stuck():
+    report = build_report(_saving_job(18.0, {"p0": "it reads or writes storage"}), NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.level, d.ranks) == (DiagnosisKind.SLOW, Severity.WARN, (0,))
+    assert d.sentence.startswith(
+        "rank 0 is slow, not stuck: busy in save_checkpoint ckpt.py:12 while its group has "
+        "waited 18 s (it reads or writes storage between two looks"
+    )
+    assert report.ok  # a note: exit 0
+    stacks = next(s for s in report.sections if s.key == "stacks")
+    assert stacks.ok and stacks.level is Severity.WARN and "rank 0 is elsewhere" in stacks.notes[0]
+
+
+def test_a_rank_that_does_not_move_or_waited_too_long_is_stuck():
+    for data in (_saving_job(18.0, {}), _saving_job(400.0, {"p0": "its call stack changed"})):
+        report = build_report(data, NOW)
+        assert report.diagnosis is not None and report.diagnosis.kind is DiagnosisKind.HANG
+        assert not report.ok
+
+
+def test_what_counts_as_moving():
+    from rankscope.context import RankContext
+    from rankscope.hang.evidence import motion_of
+    from rankscope.report.diagnosis import moved
+    from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
+    from rankscope.stacks.model import Frame
+
+    def spin(line: int) -> list[Frame]:
+        return [Frame("spin", "/u/train.py", line, False), Frame("main", "/u/train.py", 5, False)]
+
+    assert motion_of(spin(10), 0) == motion_of(spin(11), 0)  # a spin goes nowhere
+    assert motion_of(spin(10), 0) != motion_of(spin(10), 4096)  # storage moved
+    ctx = RankContext(0, 0, 4, "n0", "10.0.0.1", "h0", 100, "job", None, "W", None, "env", GROUP)
+
+    def row(probe: str, step: int, motion: str) -> ProbeStatus:
+        info = ProbeInfo(probe, ctx, "0", NOW)
+        return ProbeStatus(
+            info, ProbeState.ALIVE, NOW, NOW, Progress(step, NOW), 0, 0, {"motion": motion}
+        )
+
+    before = [row("a", 1, "aa:0"), row("b", 1, "bb:0"), row("c", 1, "cc:0"), row("d", 1, "dd:0")]
+    after = [row("a", 2, "aa:0"), row("b", 1, "b2:0"), row("c", 1, "cc:9"), row("d", 1, "dd:0")]
+    assert moved(before, after) == {
+        "a": "its step moved",
+        "b": "its call stack changed",
+        "c": "it reads or writes storage",
+    }

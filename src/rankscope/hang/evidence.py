@@ -12,7 +12,9 @@ after the process died.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from rankscope import level as _level
@@ -21,7 +23,7 @@ from rankscope.hang.model import RecorderSnapshot
 from rankscope.hang.recorder import collective_recorder
 from rankscope.runtime.probe import register_groups, register_handler, register_summary
 from rankscope.stacks.capture import capture_threads
-from rankscope.stacks.model import active_thread, headline
+from rankscope.stacks.model import Frame, active_thread, headline
 
 SUMMARY_RECORDS = 16
 INLINE_RANKS = 256
@@ -77,11 +79,46 @@ def seen_groups() -> dict[str, tuple[int, ...]]:
     return collective_recorder().snapshot(last=0).groups
 
 
+_motion = ""
+"""This heartbeat's `motion`, made from the stack capture `where` took."""
+
+
 @register_summary("where")
 def where_headline() -> str | None:
     """Where this process is, in one line (`load_batch data.py:41`), from its busiest thread;
     None at level off (no stack capture per heartbeat; `rankscope stacks` still asks)."""
-    return where_now() if _level.RECORDING else None
+    global _motion
+    if not _level.RECORDING:
+        _motion = ""
+        return None
+    thread = active_thread(capture_threads())
+    _motion = motion_of(None if thread is None else thread.frames, disk_bytes())
+    return None if thread is None else headline(thread.frames)
+
+
+@register_summary("motion")
+def motion() -> str | None:
+    """Whether this process moves, for a reader comparing two heartbeats (a rank its group
+    waits for: slow, or stuck?): its active thread's call chain, and its disk I/O so far."""
+    return _motion or None
+
+
+def motion_of(frames: Sequence[Frame] | None, io_bytes: int) -> str:
+    """`chain:io`: a hash of the functions on the stack (not their lines: a spin loop's line
+    changes while it goes nowhere) and the bytes read from and written to storage."""
+    chain = "|".join(f"{f.filename}:{f.function}" for f in frames or ())
+    return f"{zlib.crc32(chain.encode()):08x}:{io_bytes}"
+
+
+def disk_bytes() -> int:
+    """Bytes this process read from and wrote to storage (Linux `/proc/self/io`; 0 elsewhere):
+    a checkpoint being written moves it, a lock, a sleep or a spin does not."""
+    try:
+        with open("/proc/self/io", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+        return int(fields.get(b"read_bytes", 0)) + int(fields.get(b"write_bytes", 0))
+    except (OSError, ValueError):
+        return 0
 
 
 @register_handler("where")

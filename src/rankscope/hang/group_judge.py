@@ -3,10 +3,13 @@
 The judge runs on the watchdog's thread of ranks 0-3 of each group; the lowest live one judges
 (as the monitor's group judge: `alerts.judge.judges_group`). Every `JUDGE_EVERY_S` it reads the
 hub once, lean (who lives, and since when each rank waits in a collective: `Progress`), and
-only when a rank of its group has waited past `wait_threshold` or died does it read the group's
-`collectives` and `where` heartbeat summaries and run `analyze_hang`, the analysis `rankscope
-hang` runs. Alerts go through the alerts feature (events, `rankscope alerts`, `status`, the
-webhook), each once until it stops holding. Never raises; never touches the training thread.
+only when a rank of its group has waited (nearly) past `wait_threshold` or died does it read
+the group's `collectives`, `where` and `motion` heartbeat summaries and run `analyze_hang`, the
+analysis `rankscope hang` runs. A rank its group waits for that moved between two looks (its
+step, its call chain, its disk I/O: a checkpoint being written) is slow, not stuck: no alert
+until the group has waited `SLOW_LIMIT_S`. Alerts go through the alerts feature (events,
+`rankscope alerts`, `status`, the webhook), each once until it stops holding. Never raises;
+never touches the training thread.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from rankscope.hang.model import RecorderSnapshot
 from rankscope.ranks import format_ranks
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
-__all__ = ["GroupJudge", "group_alerts", "wait_threshold"]
+__all__ = ["GroupJudge", "group_alerts", "motions_of", "stuck_only", "wait_threshold"]
 
 JUDGE_EVERY_S = 2.0
 """A hang is raised within this of passing its threshold (plus a heartbeat)."""
@@ -38,6 +41,9 @@ WAIT_FLOOR_S = 10.0
 """A wait in a collective shorter than this is never a hang alert."""
 STEP_FACTOR = 5.0
 """...nor one shorter than this many of the group's median steps (slow steps wait longer)."""
+SLOW_LIMIT_S = 300.0
+"""A rank its group has waited for this long is stuck, moving or not (the watchdog's default
+`hang_timeout`)."""
 COOLDOWN_S = 300.0
 """An alert that still holds is raised again at most this often."""
 RULES = {
@@ -46,7 +52,7 @@ RULES = {
     FindingKind.MISMATCH: ("desync", "critical"),
     FindingKind.FAILED: ("collective_failed", "error"),
 }
-SUMMARIES = ["collectives", "where", "monitor"]
+SUMMARIES = ["collectives", "where", "monitor", "motion"]
 
 
 def wait_threshold(step_s: Sequence[float]) -> float:
@@ -146,6 +152,8 @@ class GroupJudge:
     gate: AlertGate = field(default_factory=lambda: AlertGate(COOLDOWN_S))
     at: float = 0.0
     every: float = JUDGE_EVERY_S
+    motions: dict[int, tuple[int, str]] = field(default_factory=dict)
+    """Each rank's step and `motion` at the previous look (empty when there was none)."""
 
     def tick(self, now: float | None = None) -> None:
         with contextlib.suppress(Exception):
@@ -164,7 +172,7 @@ class GroupJudge:
         self.every = JUDGE_EVERY_LARGE_S if len(mine) > LARGE_GROUP else JUDGE_EVERY_S
         threshold = wait_threshold(_step_times(mine))
         alerts: list[Alert] = []
-        if needs_a_look(mine, group, now, threshold):
+        if needs_a_look(mine, group, now, threshold - self.every):  # a turn early: see it move
             full = self.hub.list_probes(ctx.job_id, SUMMARIES)
             if full is None:
                 return
@@ -173,9 +181,47 @@ class GroupJudge:
             alerts = group_alerts(
                 ctx.job_id or "", group, full, _groups(self.hub, ctx.job_id, group), now, threshold
             )
+            motions = motions_of(full)
+            alerts = stuck_only(alerts, self.motions, motions, _longest_wait(full, now))
+            self.motions = motions
+        else:
+            self.motions = {}
         new, resolved = self.gate.update(alerts, now)
         if new or resolved:
             publish(new, resolved)
+
+
+def motions_of(probes: Sequence[ProbeStatus]) -> dict[int, tuple[int, str]]:
+    """rank -> (step, `motion` summary) of the live ranks."""
+    return {
+        int(p.context.rank): (p.progress.step, str(p.summaries.get("motion") or ""))
+        for p in probes
+        if p.context.rank is not None and p.state != ProbeState.DEAD
+    }
+
+
+def stuck_only(
+    alerts: Sequence[Alert],
+    before: Mapping[int, tuple[int, str]],
+    after: Mapping[int, tuple[int, str]],
+    waited_s: float,
+) -> list[Alert]:
+    """The alerts less the hangs whose rank moved between the two looks (its step, its call
+    chain or its disk I/O): slow, not stuck, until the group waited SLOW_LIMIT_S. A hang with
+    no earlier look to compare with waits for the next turn."""
+    out = []
+    for a in alerts:
+        if a.rule == "hang" and a.rank is not None and waited_s < SLOW_LIMIT_S:
+            then, now = before.get(a.rank), after.get(a.rank)
+            if then is None or now is None or not now[1] or then != now:
+                continue
+        out.append(a)
+    return out
+
+
+def _longest_wait(probes: Sequence[ProbeStatus], now: float) -> float:
+    since = [p.progress.waiting_since for p in probes if p.progress.waiting_since is not None]
+    return now - min(since) if since else 0.0
 
 
 def _step_times(probes: Sequence[ProbeStatus]) -> list[float]:

@@ -6,9 +6,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from rankscope.report.diagnosis import diagnose
+from rankscope.report.diagnosis import WAITS_FOR, diagnose
 from rankscope.report.layout import process_label
-from rankscope.report.model import Diagnosis, RunData, RunReport, Section, Severity, TimelineItem
+from rankscope.report.model import (
+    Diagnosis,
+    DiagnosisKind,
+    RunData,
+    RunReport,
+    Section,
+    Severity,
+    TimelineItem,
+)
 from rankscope.report.sections import SECTIONS, consistency_line
 
 MAX_TIMELINE = 500
@@ -85,7 +93,15 @@ verdict that names a failing rank."""
 
 def agree(sections: tuple[Section, ...], found: Diagnosis | None) -> tuple[Section, ...]:
     """One page, one story: a section of AGREEING with no finding of its own beside a failing
-    verdict is not drawn healthy; it says that its data shows none of it, and why that can be."""
+    verdict is not drawn healthy; it says that its data shows none of it, and why that can be.
+    Beside a slow rank (a note), the hang and stacks findings about it become notes too."""
+    if found is not None and found.kind is DiagnosisKind.SLOW:
+        return tuple(
+            replace(s, findings=(), level=Severity.WARN, notes=(*s.findings, *s.notes))
+            if s.key in WAITS_FOR
+            else s
+            for s in sections
+        )
     if found is None or found.level is not Severity.FAIL:
         return sections
     out = []

@@ -8,9 +8,11 @@ reads them on its node (the CLI may run on another machine), with a live snapsho
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from rankscope.errors import UserError
+from rankscope.report.diagnosis import moved
 from rankscope.report.files import JobFiles, is_trace, read_job_files, read_on_hub_node
 from rankscope.report.model import RunData
 from rankscope.runtime.run_dir import read_reports, tail_events
@@ -21,6 +23,9 @@ EVENT_LIMIT = 20_000
 EVERY_KIND = [""]
 """Events of every kind, the hub's records of who is who (`probe.registered`) included."""
 MONITOR_DEADLINE_S = 5.0
+MOTION_GAP_S = 2.0
+"""Two reads of the ranks' `motion` at least this far apart (two heartbeats): a rank its group
+waits for that moved in between is slow, not stuck."""
 HANG_MIN_WAIT_S = 5.0
 """As `rankscope hang`'s default: a shorter wait in a collective is not yet a hang."""
 
@@ -110,9 +115,14 @@ def _from_hub(
     environment: tuple[dict[str, Any], ...] = ()
     pending: tuple[dict[str, Any], ...] = ()
     notes = list(skipped)
+    moving: dict[str, str] = {}
     if live and alive:
+        looked_at = time.monotonic()
         hang = tuple(plain(r) for r in hang_reports(address, job_id, HANG_MIN_WAIT_S))
         stacks = tuple(plain(r) for r in stack_reports(address, job_id, None, client=client))
+        if _any_finding(hang) or _any_finding(stacks):  # slow, or stuck? look at them move
+            time.sleep(max(0.0, MOTION_GAP_S - (time.monotonic() - looked_at)))
+            moving = moved(status.processes, client.probes(job_id, ["motion"]))
         top = tuple(plain(t) for t in tops(client, job_id))
         try:
             series, health = _monitor(client, job_id)
@@ -142,6 +152,7 @@ def _from_hub(
         deaths=status.deaths,
         first_death=status.first_death,
         died_at=status.died_at,
+        moving=moving,
         hang=hang,
         stacks=stacks,
         health=health,
@@ -153,6 +164,10 @@ def _from_hub(
         pending=pending,
         notes=tuple(notes),
     )
+
+
+def _any_finding(reports: tuple[dict[str, Any], ...]) -> bool:
+    return any(r.get("findings") for r in reports)
 
 
 def _pending(address: str | None, job_id: str) -> tuple[dict[str, Any], ...]:

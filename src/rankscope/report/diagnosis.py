@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rankscope.report.layout import process_label
-from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section
+from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section, Severity
 from rankscope.report.section_diagnosis import from_hang, from_section, rank_places, ranks_text
+from rankscope.runtime.protocol import ProbeStatus
 
 __all__ = [
     "VERDICT_ORDER",
     "diagnose",
     "is_consequence",
+    "moved",
     "own_errors",
 ]
 VERDICT_ORDER = (
@@ -87,8 +90,69 @@ def diagnose(sections: Sequence[Section], data: RunData) -> Diagnosis | None:
         section = by_key.get(key)
         if section is None or not section.findings:
             continue
-        return from_section(section, data, places)
+        found = from_section(section, data, places)
+        if key in WAITS_FOR and slow_culprits(data):
+            return _slow(found, data, places)
+        return found
     return None
+
+
+WAITS_FOR = ("hang", "stacks")
+"""Sections whose finding is a group waiting for a rank: it may be slow rather than stuck."""
+SLOW_LIMIT_S = 300.0
+"""A rank its group has waited for this long is stuck, moving or not (the watchdog's default
+`hang_timeout`)."""
+
+
+def slow_culprits(data: RunData) -> dict[tuple[str | None, int], str]:
+    """(group, rank) -> what moved, when every rank the hang and stacks findings wait for
+    moved while the report looked and no group has waited SLOW_LIMIT_S; else empty."""
+    ids = {
+        (p["info"]["context"].get("group"), p["info"]["context"].get("rank")): p["info"]["probe_id"]
+        for p in data.processes
+    }
+    culprits: set[tuple[str | None, int]] = set()
+    for report in data.hang:
+        for f in report.get("findings", ()):
+            group = f.get("group") or report.get("group")
+            culprits.update((group, int(r)) for r in f.get("ranks") or ())
+    for report in data.stacks:
+        for f in report.get("findings", ()):
+            culprits.update((f.get("group"), int(r)) for r in f.get("elsewhere") or ())
+    if not culprits or _longest_wait(data) >= SLOW_LIMIT_S:
+        return {}
+    moving = {c: data.moving.get(ids.get(c, ""), "") for c in culprits}
+    return moving if all(moving.values()) else {}
+
+
+def _longest_wait(data: RunData) -> float:
+    return max(
+        (
+            float(m.get("waited_s") or 0.0)
+            for report in data.stacks
+            for g in report.get("groups", ())
+            for m in g.get("members", ())
+        ),
+        default=0.0,
+    )
+
+
+def _slow(
+    found: Diagnosis, data: RunData, places: Mapping[tuple[str | None, int], str]
+) -> Diagnosis:
+    """A rank its group waits for, busy and moving: a note, not a failure."""
+    moving = slow_culprits(data)
+    who = ranks_text(found.ranks) if found.ranks else found.culprit
+    how = "; ".join(sorted(set(moving.values())))
+    busy = places.get((found.group, found.ranks[0]), "") if found.ranks else ""
+    waited = _longest_wait(data)
+    text = (
+        f"{who} {'is' if len(found.ranks) <= 1 else 'are'} slow, not stuck: busy in "
+        f"{busy or found.where or 'its own code'}"
+        + (f" while its group has waited {waited:.0f} s" if waited else "")
+        + f" ({how} between two looks; past {SLOW_LIMIT_S:.0f} s it is called stuck)"
+    )
+    return replace(found, kind=DiagnosisKind.SLOW, why=how, sentence=text, level=Severity.WARN)
 
 
 # ----------------------------------------------------------------- exceptions and deaths
@@ -295,3 +359,25 @@ def _node_of(data: RunData, probe_id: str) -> str | None:
             ctx = p["info"]["context"]
             return ctx.get("node_ip") or ctx.get("hostname")
     return None
+
+
+def moved(before: Sequence[ProbeStatus], after: Sequence[ProbeStatus]) -> dict[str, str]:
+    """Probe id -> what moved between two registry reads: its step, its call chain or its disk
+    I/O (the `motion` heartbeat summary). CPU alone is not motion: a spinning rank is stuck."""
+    then = {p.info.probe_id: p for p in before}
+    out = {}
+    for p in after:
+        old = then.get(p.info.probe_id)
+        if old is None:
+            continue
+        if p.progress.step != old.progress.step:
+            out[p.info.probe_id] = "its step moved"
+            continue
+        a, b = str(old.summaries.get("motion") or ""), str(p.summaries.get("motion") or "")
+        if not a or not b or a == b:
+            continue
+        same_chain = a.partition(":")[0] == b.partition(":")[0]
+        out[p.info.probe_id] = (
+            "it reads or writes storage" if same_chain else "its call stack changed"
+        )
+    return out

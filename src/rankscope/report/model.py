@@ -156,6 +156,9 @@ class RunData:
     first_death: str = ""
     died_at: dict[str, float] = field(default_factory=dict)
     """When Ray saw each dead process end (by probe id), where it knows."""
+    moving: dict[str, str] = field(default_factory=dict)
+    """Live processes that moved while the report looked (by probe id): what moved (its step,
+    its call stack, its disk I/O). A rank its group waits for that moves is slow, not stuck."""
     hang: tuple[dict[str, Any], ...] = ()
     """Live hang reports (`hang --json`'s data)."""
     stacks: tuple[dict[str, Any], ...] = ()
