@@ -106,6 +106,7 @@ def test_the_peers_errors_after_an_exception_are_not_the_cause():
     assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.EXCEPTION, (2,))
     assert is_consequence({"exc_type": "RuntimeError", "message": peer, "traceback": gloo})
     assert not is_consequence({"exc_type": "ValueError", "message": "bad batch"})
+    assert is_consequence({"exc_type": "ValueError", "message": "bad batch", "echo": True})
 
 
 def test_the_first_death_is_named_and_the_killed_ones_follow_it():

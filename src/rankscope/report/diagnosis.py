@@ -173,9 +173,10 @@ def own_errors(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def is_consequence(error: Mapping[str, Any]) -> bool:
     """An error that reports another process's failure: Ray's error for a task that failed
-    elsewhere, or a collective whose peer left (raised inside torch.distributed)."""
+    elsewhere (`echo`: the probe saw a RayTaskError passed on), or a collective whose peer
+    left (raised inside torch.distributed)."""
     kind = str(error.get("exc_type") or "")
-    if kind.split("(", 1)[0].rsplit(".", 1)[-1] in CONSEQUENCE_TYPES:
+    if error.get("echo") or kind.split("(", 1)[0].rsplit(".", 1)[-1] in CONSEQUENCE_TYPES:
         return True
     message = str(error.get("message") or "")
     raised_in = _innermost_file(str(error.get("traceback") or ""))
