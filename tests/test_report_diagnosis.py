@@ -297,3 +297,18 @@ def test_what_counts_as_moving():
         "b": "its call stack changed",
         "c": "it reads or writes storage",
     }
+
+
+def test_an_environment_difference_names_the_odd_rank_and_what_differs():
+    skew = {"what": "NCCL_SOCKET_IFNAME", "odd_ones": ["rank 3"], "group": GROUP,
+            "message": "NCCL_SOCKET_IFNAME differs across ranks (2 values); rank 3 has lo "
+            "where most have eth0"}  # fmt: skip
+    data = RunData(
+        "job",
+        "hub",
+        processes=tuple(_process(r) for r in range(4)),
+        environment=({"processes": [], "findings": [skew], "unanswered": []},),
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None and d.kind is DiagnosisKind.ENVIRONMENT
+    assert (d.culprit, d.ranks, d.where) == ("rank 3", (3,), "NCCL_SOCKET_IFNAME")

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rankscope.ranks import format_ranks, parse_rank_spec
+from rankscope.report.environment import saved_results
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section
 
 __all__ = ["IDLE_LOOP", "from_hang", "from_section", "rank_places", "ranks_text"]
@@ -303,6 +304,20 @@ def _environment_section(
     section: Section, data: RunData, places: Mapping[tuple[str | None, int], str]
 ) -> Diagnosis | None:
     sentence = section.findings[0]
+    for _, command, env in saved_results(data):
+        for f in (env or {}).get("findings") or () if command == "diagnose" else ():
+            odd = [str(o) for o in f.get("odd_ones") or ()]
+            ranks = tuple(r for o in odd for r in _ranks_in(o))
+            return Diagnosis(
+                DiagnosisKind.ENVIRONMENT,
+                ", ".join(odd[:4]) or "?",
+                ranks,
+                str(f.get("what", "")),
+                str(f.get("message", "")),
+                sentence,
+                group=f.get("group"),
+                source="environment",
+            )
     return Diagnosis(
         DiagnosisKind.ENVIRONMENT,
         _culprit_in(sentence),
