@@ -312,3 +312,23 @@ def test_an_environment_difference_names_the_odd_rank_and_what_differs():
     d = build_report(data, NOW).diagnosis
     assert d is not None and d.kind is DiagnosisKind.ENVIRONMENT
     assert (d.culprit, d.ranks, d.where) == ("rank 3", (3,), "NCCL_SOCKET_IFNAME")
+
+
+def test_work_waiting_on_another_jobs_resources_names_the_holder():
+    holder = {"kind": "actor", "id": "a1", "name": "Hog", "node_id": "n1",
+              "resources": {"CPU": 4.0}, "job_id": "02000000"}  # fmt: skip
+    mine = {"kind": "actor", "id": "a2", "name": "Trainer", "node_id": "n1",
+            "resources": {"CPU": 1.0}, "job_id": "job"}  # fmt: skip
+    waiting = {"demand": {"kind": "actor", "name": "train.Worker", "job_id": "job"},
+               "verdict": "waiting", "reason": "CPU held", "holders": [holder]}  # fmt: skip
+    own = {**waiting, "holders": [mine]}  # a pipeline waiting for its own work: no finding
+    assert build_report(RunData("job", "hub", pending=({"verdicts": [own]},)), NOW).ok
+    report = build_report(RunData("job", "hub", pending=({"verdicts": [waiting]},)), NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.culprit) == (
+        DiagnosisKind.WAITING,
+        "actor Hog of job 02000000",
+    )
+    assert report.verdict.startswith(
+        "actor Worker waits for resources another job holds: actor Hog of job 02000000 (CPU: 4)"
+    )

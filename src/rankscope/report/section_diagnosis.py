@@ -154,6 +154,24 @@ def _pending_section(
 ) -> Diagnosis | None:
     for p in data.pending:
         for v in p.get("verdicts", ()):
+            if v.get("verdict") == "waiting":  # as pending_section: another job's holders
+                held = [
+                    h
+                    for h in v.get("holders") or ()
+                    if h.get("job_id") and str(h["job_id"]) != str(data.job_id)
+                ]
+                if held:
+                    h = held[0]
+                    name = str(h.get("name") or h.get("id") or "?").rsplit(".", 1)[-1]
+                    return Diagnosis(
+                        DiagnosisKind.WAITING,
+                        f"{h.get('kind', '?')} {name} of job {h['job_id']}",
+                        (),
+                        ", ".join(sorted((h.get("resources") or {}).keys())),
+                        str(v.get("reason", "")),
+                        section.findings[0],
+                        source="pending",
+                    )
             if v.get("verdict") != "infeasible":
                 continue
             demand = v.get("demand") or {}

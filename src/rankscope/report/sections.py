@@ -135,12 +135,34 @@ def pending_section(data: RunData, now: float) -> Section | None:
         rows.append((what, str(v.get("verdict", "?")), str(v.get("reason", ""))))
         if v.get("verdict") == "infeasible":
             findings.append(f"{what} can never be placed on this cluster: {v.get('reason', '')}")
+        elif v.get("verdict") == "waiting" and (others := _other_jobs(v, data.job_id)):
+            findings.append(f"{what} waits for resources another job holds: {others}")
     table = Table(("what", "verdict", "why"), tuple(rows[:MAX_ROWS]))
     notes = tuple(n for p in data.pending for n in p.get("notes", ()))
     summary = f"{len(verdicts)} pending, {len(findings)} that no node can host (live)"
     return Section(
         "pending", "Work Ray has not placed", tuple(findings[:8]), summary, (table,), (), notes
     )
+
+
+def _other_jobs(verdict: Mapping[str, Any], job_id: str) -> str:
+    """The holders of another job that this job's pending work waits for, named (empty when
+    none: waiting for its own job's work is how a pipeline runs)."""
+    held = [
+        h
+        for h in verdict.get("holders") or ()
+        if h.get("job_id") and str(h.get("job_id")) != str(job_id)
+    ]
+    return "; ".join(
+        f"{h.get('kind', '?')} {str(h.get('name') or h.get('id') or '?').rsplit('.', 1)[-1]} "
+        f"of job {h['job_id']} ({_resources(h.get('resources') or {})})"
+        for h in held[:4]
+    )
+
+
+def _resources(resources: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}: {v:g}" if isinstance(v, float | int) else f"{k}: {v}"
+                     for k, v in sorted(resources.items())[:4])  # fmt: skip
 
 
 def consistency_section(data: RunData, now: float) -> Section | None:
