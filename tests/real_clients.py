@@ -3,7 +3,8 @@
 No rankscope call in here: the probe comes from the setup hook, as in a user's job. Each rank
 runs `STEPS` all_reduces; the faulty rank waits in `wait_for_release` before the 3rd one until
 the test writes its release file: `go` to carry on, `die` to `os._exit(1)`. In the `straggle`
-mode the faulty rank computes slower every step instead, and all print their loss.
+mode the faulty rank computes slower every step instead, and all print their loss; in the
+`steady` mode (Ray Train) no rank is faulty: 2 s steps, as a healthy job starts.
 """
 
 from __future__ import annotations
@@ -55,6 +56,25 @@ def straggle_steps(rank: int, slow_rank: int, stop_file: str) -> int:
             return step
 
 
+def steady_steps(rank: int, stop_file: str, step_s: float = 2.0) -> int:
+    """A healthy loop: steps of `step_s` (a sleep) and one all_reduce, until the stop file
+    appears; after its first all_reduce each rank writes `<stop_file>.stepped<rank>`."""
+    import torch
+    import torch.distributed as dist
+
+    step = 0
+    while True:
+        time.sleep(step_s)
+        stop = torch.tensor([float(os.path.exists(stop_file))])
+        dist.all_reduce(stop)
+        if step == 0:
+            with open(f"{stop_file}.stepped{rank}", "w") as f:
+                f.write("1")
+        step += 1
+        if stop.item() > 0:
+            return step
+
+
 def ray_train_loop(config: dict) -> None:
     """Ray Train's train_loop_per_worker: runs in Ray Train's training thread."""
     import ray.train
@@ -62,6 +82,8 @@ def ray_train_loop(config: dict) -> None:
     rank = ray.train.get_context().get_world_rank()
     if config.get("mode") == "straggle":
         straggle_steps(rank, config["fault_rank"], config["release_file"])
+    elif config.get("mode") == "steady":
+        steady_steps(rank, config["release_file"])
     else:
         train_steps(rank, config["fault_rank"], config["release_file"])
 

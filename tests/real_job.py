@@ -1,6 +1,6 @@
 """A user's job on a real client: verl's single controller or Ray Train's TorchTrainer.
 
-    python real_job.py ADDRESS verl|train FAULT_RANK RELEASE_FILE [stall|straggle]
+    python real_job.py ADDRESS verl|train FAULT_RANK RELEASE_FILE [stall|straggle|steady]
 
 Installs rankscope only through the setup hook (no code change), prints its job id, trains
 (one rank stalls before the 3rd all_reduce, see real_clients.py), then prints `done` or the

@@ -17,6 +17,7 @@ from rankscope.alerts.model import Alert
 from rankscope.hang.model import CallState, CollectiveRecord
 from rankscope.monitor import analysis
 from rankscope.monitor.alert_rules import AlertGate, finding_alerts, group_findings
+from rankscope.monitor.collectives import align, latency_findings
 from rankscope.monitor.model import (
     Finding,
     FindingKind,
@@ -159,16 +160,18 @@ def test_raise_local_posts_a_throughput_drop_through_publish() -> None:
     assert "dropped 30% at step 50" in received[0]["text"]
 
 
-def _with_collectives(late_s: float, ranks: int = 3) -> list[RankInput]:
+def _with_collectives(late_s: float, ranks: int = 3, late_from: int = 10) -> list[RankInput]:
     """Heartbeat summaries of a synchronous group: 16 all_reduces each (what the hang summary
-    carries), rank 1 entering #10 `late_s` after the others."""
+    carries), rank 1 entering #10 (`late_from` to #15) `late_s` after the others."""
+    lagged = [k == 10 or (late_from < 10 and late_from <= k) for k in range(16)]
     out = []
     for r in range(ranks):
         recs = []
         for k in range(16):
-            t = 1000.0 + 0.02 * k + (late_s if k >= 10 else 0.0)
-            start = t + (late_s if r == 1 and k == 10 else 0.0)
-            end = t + (late_s if k == 10 else 0.0) + 0.001
+            lag = late_s if lagged[k] else 0.0
+            t = 1000.0 + 0.02 * k + late_s * sum(lagged[:k])
+            start = t + (lag if r == 1 else 0.0)
+            end = t + lag + 0.001
             recs.append(
                 CollectiveRecord(
                     "0", k, "all_reduce", ((4,),), ("float32",), start, end,
@@ -180,24 +183,25 @@ def _with_collectives(late_s: float, ranks: int = 3) -> list[RankInput]:
     return out
 
 
-def test_the_judge_alerts_a_late_collective_from_the_heartbeats() -> None:
-    found = group_findings(_with_collectives(0.1), T)
-    late = [f for f in found if f.kind is FindingKind.COLLECTIVE_LATENCY]
-    assert [f.ranks for f in late] == [(1,)] and not any(
-        f.kind is FindingKind.STRAGGLER for f in found
-    )
+def test_the_judge_alerts_a_rank_late_at_most_collectives_from_the_heartbeats() -> None:
+    assert group_findings(_with_collectives(0.1), T) == []  # late once: a sample, no alert
+    assert group_findings(_with_collectives(0.0), T) == []  # on time: nothing
+    # late at #2 to #15: its compute is no longer than the others', it arrives last every time
+    (found,) = group_findings(_with_collectives(0.1, late_from=2), T)
+    assert (found.kind, found.ranks) == (FindingKind.STRAGGLER, (1,))
+    assert "last to arrive at 14 of 14 collectives" in found.evidence
+    (alert,) = finding_alerts([found], 5.0, "job")
+    assert (alert.rule, alert.severity, alert.rank) == ("straggler", "warning", 1)
+    # the late-arrival rule itself (alone it names an episode of a longer run, where the
+    # rank's share over the whole window stays under the straggler's)
+    episode = _with_collectives(0.1, late_from=2)
+    late = latency_findings(align({i.rank: i.collectives for i in episode}), "g", T, 0.02)
     (alert,) = finding_alerts(late, 5.0, "job")
     assert (alert.rule, alert.severity, alert.rank) == ("collective_latency", "warning", 1)
     assert alert.message == (
-        "g/pg 0: rank 1 entered all_reduce #10 100 ms after the first rank; ranks 0,2 waited for it"
+        "g/pg 0: rank 1 entered 14 of 14 collectives last (#2 to #15), 100 ms after the first "
+        "rank at the median (limit 50 ms), up to 100 ms at all_reduce #2; ranks 0,2 waited for it"
     )
-    assert group_findings(_with_collectives(0.0), T) == []  # on time: nothing
-    straggling = _with_collectives(0.1)
-    straggling[1] = replace(straggling[1], summary=_input(1, 0.02, 0.0).summary)
-    for r in (0, 2):
-        straggling[r] = replace(straggling[r], summary=_input(r, 0.02, 0.015).summary)
-    found = group_findings(straggling, T)  # rank 1 is the straggler: one alert about it, not two
-    assert [(f.kind, f.ranks) for f in found] == [(FindingKind.STRAGGLER, (1,))]
 
 
 # --------------------------------------------------------------------- the straggler's phase

@@ -246,11 +246,10 @@ def test_the_live_judge_scores_unstepped_ranks_from_the_collectives_heartbeats_c
     assert [f.ranks for f in found] == [(2,)] and "over the window" in found[0].evidence
 
 
-def test_a_collective_entered_100ms_late_names_the_group_and_the_rank() -> None:
+def test_a_collective_entered_100ms_late_once_is_no_finding() -> None:
+    # one sample is not a finding (`test_monitor_persistence.py` has the persistent ones)
     series = _sync_job({0: 0.010, 1: 0.010}, 30, late={1: 0.1})
-    found = [f for f in analysis.analyze(series) if f.kind is FindingKind.COLLECTIVE_LATENCY]
-    assert len(found) == 1 and found[0].ranks == (1,)
-    assert "g/pg 0: rank 1 entered all_reduce #10 100 ms after the first rank" in found[0].evidence
+    assert not [f for f in analysis.analyze(series) if f.kind is FindingKind.COLLECTIVE_LATENCY]
 
 
 def test_recorder_is_bounded_and_keeps_the_first_nonfinite() -> None:

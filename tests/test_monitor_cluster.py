@@ -30,9 +30,9 @@ def hook():
 @pytest.fixture(scope="module")
 def monitored(cluster, hook):
     """Rank 2 sleeps 40 ms a step (in its `load_batch` span; no trace window: the monitor's own
-    span sample finds the phase); rank 1 goes NaN at step
-    12 and enters all_reduce 100 ms late at step 60; rank 0's loss spikes 10x at step 30; from
-    step 50 every rank has 30% fewer tokens."""
+    span sample finds the phase); rank 1 goes NaN at step 12 and enters all_reduce 100 ms late
+    once, at step 60 (a sample, not a finding); rank 0's loss spikes 10x at step 30; from step
+    50 every rank has 30% fewer tokens."""
     actor = ray.remote(num_cpus=0)(MonitoredRank)
     common = {"fewer_tokens_from": 50}
     actors = [
@@ -75,7 +75,7 @@ def test_monitor_names_every_fault(monitored):
         "spike at step 30": spike.get("step") == 30,
         "first NaN on rank 1 at 12": nan.get("step") == 12,
         "in module 0": "activation in 0 (output)" in nan.get("evidence", ""),
-        "rank 1 late": bool(late) and "entered all_reduce" in late[0]["evidence"],
+        "rank 1 late once: no finding": not late,
     }
     assert all(problems.values()), (problems, job)
 

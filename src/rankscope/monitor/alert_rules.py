@@ -9,6 +9,7 @@ decides what to raise now, what to hold back within the cooldown, and what stopp
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ from rankscope.alerts.model import Alert
 from rankscope.monitor.analysis import loss_levels_disagree
 from rankscope.monitor.collectives import align, latency_findings, window_scores
 from rankscope.monitor.model import Finding, FindingKind, Thresholds
-from rankscope.monitor.straggler import StragglerScore, straggler_scores
+from rankscope.monitor.straggler import MIN_TREND, StragglerScore, straggler_scores
 from rankscope.monitor.view import RankInput, arrivals
 
 __all__ = ["ONCE", "SEVERITY", "AlertGate", "alerted", "finding_alerts", "group_findings"]
@@ -75,22 +76,25 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
     heartbeat summaries.
 
     A summary carries medians of the recent steps, so the straggler score here is the relative
-    one (and the last-arrival share): `rankscope monitor` also scores a rank against its own best.
-    The latency rules (a late arrival, a slow collective) see the collectives the heartbeats
-    carry (the hang summary's last 16 a rank), so a late arrival is seen for a few seconds.
+    one (and the last-arrival share), for ranks whose medians span `MIN_TREND` steps or more:
+    `rankscope monitor` also scores a rank against its own best. The latency rules (a rank late
+    at most of a window of collectives, a slow collective) see the collectives the heartbeats
+    carry (the hang summary's last 16 a rank), against the group's median step time.
     """
     groups: dict[str, list[RankInput]] = {}
     unstepped: dict[str, list[RankInput]] = {}
     for i in inputs:
         if i.state == "alive" and i.summary is not None and i.summary.step_s > 0:
-            groups.setdefault(i.group, []).append(i)
+            if i.summary.steps_over >= MIN_TREND:  # a step or two is a sample (start-up)
+                groups.setdefault(i.group, []).append(i)
         elif i.state == "alive" and i.collectives:
             unstepped.setdefault(i.group, []).append(i)
     found: list[Finding] = []
     for group, members in sorted(unstepped.items()):
         if group not in groups:  # nobody marks steps (a client left unchanged): the collectives
             records = {m.rank: m.collectives for m in members}
-            found += _stragglers(group, window_scores(records, thresholds.straggler))
+            slow = _stragglers(group, window_scores(records, thresholds.straggler))
+            found += slow + _unnamed(latency_findings(align(records), group, thresholds), slow)
     for group, members in sorted(groups.items()):
         scores = straggler_scores(
             {m.rank: [m.summary.step_s] for m in members if m.summary},
@@ -109,10 +113,15 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
             _in(f, group) for f in loss_levels_disagree(levels, thresholds, "over its recent steps")
         ]
         alignment = align({m.rank: m.collectives for m in members if m.collectives})
-        late = latency_findings(alignment, group, thresholds.collective_latency_s)
-        named = {f.ranks for f in slow}  # a straggler's late arrivals: its alert says it already
-        found += [f for f in late if f.ranks not in named]
+        step_s = statistics.median(m.summary.step_s for m in members if m.summary)
+        found += _unnamed(latency_findings(alignment, group, thresholds, step_s), slow)
     return found
+
+
+def _unnamed(late: Iterable[Finding], slow: Sequence[Finding]) -> list[Finding]:
+    """The late arrivals of ranks that are not stragglers: a straggler's alert says it already."""
+    named = {f.ranks for f in slow}
+    return [f for f in late if f.ranks not in named]
 
 
 def _stragglers(group: str, scores: Iterable[StragglerScore]) -> list[Finding]:

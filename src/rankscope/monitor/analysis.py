@@ -8,7 +8,7 @@ import itertools
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
-from rankscope.monitor.collectives import align, latency_findings, step_waits, window_scores
+from rankscope.monitor.collectives import align, latency_findings, median_step, stragglers
 from rankscope.monitor.model import (
     Finding,
     FindingKind,
@@ -19,7 +19,6 @@ from rankscope.monitor.model import (
     Thresholds,
 )
 from rankscope.monitor.phases import slow_phase
-from rankscope.monitor.straggler import StragglerScore, straggler_scores
 from rankscope.units import human_bytes
 
 __all__ = [
@@ -361,12 +360,6 @@ def loss_levels_disagree(
     return out
 
 
-def _durations(samples: Sequence[StepSample]) -> tuple[list[float], list[float]]:
-    """Step times, and seconds per step between samples (a step history keeps one per stride)."""
-    times = [s.t for s in samples]
-    return times, [(b.t - a.t) / max(1, b.step - a.step) for a, b in itertools.pairwise(samples)]
-
-
 def analysable(series: Sequence[RankSeries]) -> list[RankSeries]:
     """The series with something to judge: steps or a non-finite, and, in a group where no
     rank marks steps (a client left unchanged), the collectives."""
@@ -376,27 +369,6 @@ def analysable(series: Sequence[RankSeries]) -> list[RankSeries]:
         for s in series
         if s.samples or s.first_nonfinite or (s.collectives and s.group not in stepped)
     ]
-
-
-def stragglers(series: Sequence[RankSeries], threshold: float = 1.2) -> list[StragglerScore]:
-    """Straggler scores of one group's ranks, from their steps and recorded collectives."""
-    step_s, wait_s, records = {}, {}, {}
-    for s in series:
-        times, durations = _durations(s.samples)
-        if not durations:
-            continue
-        step_s[s.rank] = durations
-        if s.collectives:
-            gaps = [max(1, b.step - a.step) for a, b in itertools.pairwise(s.samples)]
-            waits = step_waits(times, s.collectives)
-            wait_s[s.rank] = [w / g for w, g in zip(waits, gaps, strict=True)]
-            records[s.rank] = s.collectives
-    if not step_s:  # nobody marks steps (a client left unchanged): score the whole window
-        return window_scores({s.rank: s.collectives for s in series if s.collectives}, threshold)
-    alignment = align(records)
-    return straggler_scores(
-        step_s, wait_s or None, alignment.last_arrivals, alignment.count, threshold=threshold
-    )
 
 
 def analyze(
@@ -433,7 +405,9 @@ def analyze(
                     )
                 )
         alignment = align({s.rank: s.collectives for s in members if s.collectives})
-        found += latency_findings(alignment, group, thresholds.collective_latency_s)
+        late = latency_findings(alignment, group, thresholds, median_step(members))
+        named = {f.ranks for f in found if f.kind is FindingKind.STRAGGLER and f.group == group}
+        found += [f for f in late if f.ranks not in named]  # a straggler's lag: said already
         found += loss_disagreement(members, thresholds)
         for s in members:
             if per_rank is None or per_rank(s):

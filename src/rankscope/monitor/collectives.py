@@ -3,7 +3,8 @@
 Pure, over the hang recorder's records (`CollectiveRecord`: group, sequence number, start and end
 times). Records of one process group align across ranks by sequence number. Times are each
 node's `time.time()`: ranks on different nodes compare as well as their clocks agree (NTP keeps
-them within a millisecond or so, well under the 50 ms this looks for).
+them within a millisecond or so, well under the 50 ms this looks for). A late arrival or a slow
+collective is a finding only when it persists over a window of collectives (`latency_findings`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rankscope.hang.model import CallState, CollectiveRecord
-from rankscope.monitor.model import Finding, FindingKind
-from rankscope.monitor.straggler import StragglerScore, straggler_scores, window_as_one_step
+from rankscope.monitor.model import Finding, FindingKind, RankSeries, StepSample, Thresholds
+from rankscope.monitor.straggler import (
+    MIN_TREND,
+    StragglerScore,
+    straggler_scores,
+    window_as_one_step,
+)
 
-__all__ = ["Alignment", "align", "latency_findings", "step_waits", "window_scores"]
+__all__ = [
+    "Alignment",
+    "align",
+    "late_share",
+    "latency_findings",
+    "latency_limit",
+    "median_step",
+    "step_waits",
+    "stragglers",
+    "window_scores",
+]
 
 
 def step_waits(times: Sequence[float], records: Sequence[CollectiveRecord]) -> list[float]:
@@ -135,44 +151,78 @@ def align(
     return Alignment(tuple(aligned), dict(last), len(waited))
 
 
-def latency_findings(alignment: Alignment, group: str, threshold_s: float) -> list[Finding]:
-    """A late arrival (skew) and a slow collective (latency), each over `threshold_s`."""
+LATE_WINDOW = 16
+"""Waited collectives of one process group that the late-arrival rule looks at together (what
+a heartbeat carries of each rank): the rule slides this window over the records it has."""
+MIN_LATE = 3
+"""A rank must be the last arrival at this many collectives of a window, whatever the share:
+once is a sample, not a finding."""
+
+
+def late_share(n_ranks: int) -> float:
+    """The share of a window's waited collectives a rank must arrive last at to be "late in
+    most of them": 3/n clamped to [0.5, 0.9], so that chance (1/n) never is."""
+    return max(0.5, min(0.9, 3.0 / max(1, n_ranks)))
+
+
+def latency_limit(thresholds: Thresholds, step_s: float) -> float:
+    """Seconds of lateness (or latency) that count: the floor, or a share of the step time."""
+    return max(thresholds.collective_latency_s, thresholds.late_step_share * step_s)
+
+
+def latency_findings(
+    alignment: Alignment, group: str, thresholds: Thresholds, step_s: float = 0.0
+) -> list[Finding]:
+    """A rank that arrives late persistently, and a group whose collectives are slow, each
+    over `latency_limit` (`step_s`: the group's median step time; 0 when the ranks mark no
+    steps, and then the median interval between the group's collectives stands in for it).
+
+    Persistence, not a sample: a rank is late when, within a window of `LATE_WINDOW`
+    collectives that waited (arrivals `MIN_SKEW_S` apart), it arrived last at `late_share`
+    of them (and at least `MIN_LATE`), by a median over the limit. One late arrival, or
+    arrival skew at the machine's normal jitter (a different last rank each time), is none.
+    """
     findings = []
     by_pg: dict[str, list[Aligned]] = {}
     for a in alignment.collectives:
         by_pg.setdefault(a.pg, []).append(a)
     label = f"{group}/pg {{pg}}" if group else "pg {pg}"
     for pg, calls in by_pg.items():
-        worst = max(calls, key=lambda a: a.skew_s)
-        if worst.skew_s > threshold_s:
-            late = worst.last
-            others = sorted(r for r in worst.starts if r != late)
+        limit = latency_limit(thresholds, step_s or _period(calls))
+        waited = [a for a in calls if a.skew_s >= MIN_SKEW_S]
+        for late, window, skews in _persistently_late(waited, limit):
+            others = sorted({r for a in window for r in a.starts} - {late})
+            worst = max(window, key=lambda a: (a.last == late, a.skew_s))
+            median = statistics.median(skews)
             findings.append(
                 Finding(
                     FindingKind.COLLECTIVE_LATENCY,
                     (late,),
                     None,
-                    f"{label.format(pg=pg)}: rank {late} entered {worst.op} #{worst.seq} "
-                    f"{worst.skew_s * 1e3:.0f} ms after the first rank; ranks "
-                    f"{','.join(map(str, others))} waited for it",
-                    f"see what rank {late} does before that collective (`rankscope stacks`, "
+                    f"{label.format(pg=pg)}: rank {late} entered {len(skews)} of "
+                    f"{len(window)} collectives last (#{window[0].seq} to #{window[-1].seq}), "
+                    f"{median * 1e3:.0f} ms after the first rank at the median (limit "
+                    f"{limit * 1e3:.0f} ms), up to {worst.skew_s * 1e3:.0f} ms at {worst.op} "
+                    f"#{worst.seq}; ranks {','.join(map(str, others))} waited for it",
+                    f"see what rank {late} does before those collectives (`rankscope stacks`, "
                     "data loading, a host sync); a steady lag is a straggler",
                     group=pg,
-                    value=worst.skew_s,
+                    value=median,
                 )
             )
-        latencies = [a.latency_s for a in calls]
+        recent = calls[-LATE_WINDOW:]
+        latencies = [a.latency_s for a in recent]
         median = statistics.median(latencies)
-        if median > threshold_s:
-            lasts = Counter(a.last for a in calls).most_common(1)[0][0]
+        if len(recent) >= MIN_LATE and median > limit:
+            lasts = Counter(a.last for a in recent).most_common(1)[0][0]
             findings.append(
                 Finding(
                     FindingKind.COLLECTIVE_LATENCY,
-                    tuple(sorted({r for a in calls for r in a.starts})),
+                    tuple(sorted({r for a in recent for r in a.starts})),
                     None,
                     f"{label.format(pg=pg)}: collectives take {median * 1e3:.0f} ms (median "
-                    f"of {len(calls)}) from the last rank's arrival to completion; rank "
-                    f"{lasts} arrives last most often",
+                    f"of the last {len(recent)}, limit {limit * 1e3:.0f} ms) from the last "
+                    f"rank's arrival to completion; rank {lasts} arrives last most often",
                     "check the links between the group's nodes (`rankscope comm-bench`) and "
                     "the message sizes; overlap communication with compute",
                     group=pg,
@@ -180,3 +230,63 @@ def latency_findings(alignment: Alignment, group: str, threshold_s: float) -> li
                 )
             )
     return findings
+
+
+def _persistently_late(
+    waited: Sequence[Aligned], limit: float
+) -> list[tuple[int, Sequence[Aligned], list[float]]]:
+    """Per rank found late, its worst window (the highest median lateness): (rank, the
+    window, its lateness at the collectives of the window it arrived last at)."""
+    n = min(LATE_WINDOW, len(waited))
+    best: dict[int, tuple[float, Sequence[Aligned], list[float]]] = {}
+    for i in range(len(waited) - n + 1 if n >= MIN_LATE else 0):
+        window = waited[i : i + n]
+        ranks = {r for a in window for r in a.starts}
+        rank, count = Counter(a.last for a in window).most_common(1)[0]
+        if count < max(MIN_LATE, late_share(len(ranks)) * n):
+            continue
+        skews = [a.skew_s for a in window if a.last == rank]
+        median = statistics.median(skews)
+        if median > limit and median > best.get(rank, (0.0,))[0]:
+            best[rank] = (median, window, skews)
+    return [(rank, w, skews) for rank, (_, w, skews) in sorted(best.items())]
+
+
+def _period(calls: Sequence[Aligned]) -> float:
+    """The median time between consecutive collectives' first arrivals (0 with under two)."""
+    firsts = [min(a.starts.values()) for a in calls[-LATE_WINDOW - 1 :]]
+    gaps = [b - a for a, b in itertools.pairwise(firsts)]
+    return statistics.median(gaps) if gaps else 0.0
+
+
+def _durations(samples: Sequence[StepSample]) -> tuple[list[float], list[float]]:
+    """Step times, and seconds per step between samples (a step history keeps one per stride)."""
+    times = [s.t for s in samples]
+    return times, [(b.t - a.t) / max(1, b.step - a.step) for a, b in itertools.pairwise(samples)]
+
+
+def median_step(members: Sequence[RankSeries]) -> float:
+    """The group's median seconds a step (0 when no rank marks steps)."""
+    per_rank = [statistics.median(d) for _, d in map(_durations, (m.samples for m in members)) if d]
+    return statistics.median(per_rank) if per_rank else 0.0
+
+
+def stragglers(series: Sequence[RankSeries], threshold: float = 1.2) -> list[StragglerScore]:
+    """Straggler scores of one group's ranks, from their steps and recorded collectives."""
+    step_s, wait_s, records = {}, {}, {}
+    for s in series:
+        times, durations = _durations(s.samples)
+        if len(durations) < MIN_TREND:  # a step or two (start-up) is a sample, not a finding
+            continue
+        step_s[s.rank] = durations
+        if s.collectives:
+            gaps = [max(1, b.step - a.step) for a, b in itertools.pairwise(s.samples)]
+            waits = step_waits(times, s.collectives)
+            wait_s[s.rank] = [w / g for w, g in zip(waits, gaps, strict=True)]
+            records[s.rank] = s.collectives
+    if not any(s.samples for s in series):  # nobody marks steps: score the whole window
+        return window_scores({s.rank: s.collectives for s in series if s.collectives}, threshold)
+    alignment = align(records)
+    return straggler_scores(
+        step_s, wait_s or None, alignment.last_arrivals, alignment.count, threshold=threshold
+    )

@@ -69,7 +69,11 @@ class Thresholds:
     device_memory: float = 0.85
     host_memory: float = 0.90
     collective_latency_s: float = 0.05
-    """Last arrival to completion, or first to last arrival, above this."""
+    """The floor of a late arrival (first to last arrival) or a slow collective (last arrival
+    to completion): never a single sample, always over a window (`monitor.collectives`)."""
+    late_step_share: float = 0.1
+    """...and over this share of the group's median step time, so a job of long steps is
+    allowed the arrival skew its data loading brings."""
 
     def __post_init__(self) -> None:
         for name in ("throughput_drift", "oscillation_amplitude", "divergence_rise"):
@@ -84,6 +88,8 @@ class Thresholds:
             raise ValueError(f"straggler ({self.straggler}) must be over 1.0")
         if self.loss_window < 5:
             raise ValueError(f"loss_window ({self.loss_window}) must be at least 5 steps")
+        if not 0 <= self.late_step_share < 1:
+            raise ValueError(f"late_step_share ({self.late_step_share}) must be in [0, 1)")
         if self.loss_z <= 0 or self.collective_latency_s <= 0 or self.oscillation_swings < 2:
             raise ValueError(
                 f"loss_z ({self.loss_z}) and collective_latency_s "
@@ -185,6 +191,9 @@ class MonitorSummary:
     """This rank's own findings, one line each (the cross-rank ones need `rankscope monitor`)."""
     loss_level: float | None = None
     """Median finite loss of the recent steps (what the loss-disagreement alert compares)."""
+    steps_over: int = 10
+    """How many step times `step_s` and `wait_s` are medians of: a rank that has made only a
+    step or two is not yet compared with its group (one sample is not a finding)."""
 
     @property
     def compute_s(self) -> float:

@@ -245,6 +245,7 @@ def summary() -> MonitorSummary | None:
         first_nonfinite=_recorder.first_nonfinite,
         alerts=_recorder.alerts,
         loss_level=_loss_level(samples),
+        steps_over=len(durations),
     )
 
 

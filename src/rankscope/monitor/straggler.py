@@ -12,6 +12,8 @@ its *compute*, compared with the median rank of its group (`relative`) and with 
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,12 @@ DEFAULT_MIN_DELTA_S = 0.002
 """A rank slower by less than this (seconds a step) is noise, whatever the ratio."""
 MIN_COLLECTIVES = 5
 """Fewer collectives than this say nothing about who arrives last."""
+MIN_TREND = 5
+"""The `individual` score compares two medians of at least this many steps each."""
+TRIM = 0.25
+"""Over a window (ranks that mark no steps), the share of the longest intervals between
+collectives left out of a rank's compute, the same number for every rank: one slow interval
+(a pause, a checkpoint) is a sample, a straggler is slow in every interval."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,7 @@ def _individual(compute: Sequence[float], recent: int) -> tuple[float, float]:
 
     Returns the ratio and the difference in seconds.
     """
-    if len(compute) < 2:
+    if len(compute) < 2 * MIN_TREND:  # a step or two against itself is a sample, not a trend
         return 1.0, 0.0
     if len(compute) < 2 * recent:
         recent = max(1, len(compute) // 2)
@@ -78,6 +86,17 @@ def _individual(compute: Sequence[float], recent: int) -> tuple[float, float]:
     chunks = [compute[i : i + recent] for i in range(0, len(compute) - recent + 1, recent)]
     best = min([statistics.median(c) for c in chunks if c] + [now])
     return (now / best if best > 0 else 1.0), now - best
+
+
+def _noise(compute: Sequence[float], recent: int) -> float:
+    """Three standard errors of the difference of two medians of `recent` steps, from the
+    rank's own spread (its MAD): a slowdown under it is the chance low of its best chunk
+    against the chance high of its last, as on a busy host, not a slowdown."""
+    if len(compute) < 2:
+        return 0.0
+    mid = statistics.median(compute)
+    sigma = 1.4826 * statistics.median(abs(x - mid) for x in compute)
+    return 3.0 * 1.2533 * sigma * math.sqrt(2.0 / max(1, min(recent, len(compute) // 2)))
 
 
 def _last_share_threshold(n_ranks: int) -> float:
@@ -147,7 +166,7 @@ def straggler_scores(
                 f"computes {relative:.2f}x the group median "
                 f"({_ms(compute[r])} vs {_ms(group_median)} {unit})"
             )
-        if individual >= threshold and slowed_s >= min_delta_s:
+        if individual >= threshold and slowed_s >= max(min_delta_s, _noise(series[r], recent)):
             reasons.append(f"slowed to {individual:.2f}x its own best")
         if len(ranks) > 1 and collectives >= MIN_COLLECTIVES and share >= share_limit:
             reasons.append(
@@ -184,7 +203,10 @@ def window_as_one_step(
     its first to its last entry into a collective, and its waits for the last arrival in
     between, as one step. `monitor`, its live judge, `trace` and the report all score so.
 
-    Ranks with fewer than `min_calls` calls are left out.
+    The compute (step less wait) is the rank's intervals between entries, each less its wait,
+    with the longest `TRIM` of them left out and the rest scaled to the whole window: one slow
+    interval on one rank (a pause, a checkpoint) does not make it a straggler, a rank slow in
+    every interval does. Ranks with fewer than `min_calls` calls are left out.
     """
     step_s: dict[int, list[float]] = {}
     wait_s: dict[int, list[float]] = {}
@@ -192,7 +214,12 @@ def window_as_one_step(
         if len(own) < min_calls:
             continue
         ordered = sorted(own)
-        first, last = ordered[0][0], ordered[-1][0]
-        waited = sum(max(0.0, min(arrival, end, last) - start) for start, arrival, end in ordered)
-        step_s[rank], wait_s[rank] = [last - first], [waited]
+        computes = sorted(
+            max(0.0, nxt - start - max(0.0, min(arrival, end, nxt) - start))
+            for (start, arrival, end), (nxt, _, _) in itertools.pairwise(ordered)
+        )
+        kept = computes[: len(computes) - int(len(computes) * TRIM)]
+        compute = sum(kept) * len(computes) / len(kept)
+        span = ordered[-1][0] - ordered[0][0]
+        step_s[rank], wait_s[rank] = [span], [max(0.0, span - compute)]
     return step_s, wait_s

@@ -3,12 +3,14 @@
 Pure functions over `model` records, no Ray: `explain_pending` is what `rankscope why-pending`
 and `SmartResourceAllocator.allocate()`'s timeout print. A demand no node could ever fit
 (totals, labels, a strategy) is infeasible with the shortfall per node; one that would fit but
-finds the resources held is waiting, with the holders on the nodes it could use.
+finds the resources held is waiting, with the holders on the nodes it could use. Work in a
+placement group that exists (being created or committed, or just created and not yet in the
+nodes' resources) waits for its group: start-up is not a failure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from rankscope.resources.model import (
     Demand,
@@ -25,6 +27,7 @@ from rankscope.resources.model import (
 __all__ = [
     "base_resource",
     "explain_pending",
+    "group_of",
     "labels_match",
     "pack_bundles",
     "shortfalls",
@@ -33,6 +36,12 @@ __all__ = [
 EPS = 1e-9
 ARGS_STATES = frozenset({"PENDING_ARGS_AVAIL", "PENDING_ARGS_FETCH", "DEPENDENCIES_UNREADY"})
 OBJECT_STORE_STATES = frozenset({"PENDING_OBJ_STORE_MEM_AVAIL"})
+CREATING_GROUP_STATES = {
+    "PENDING": "being created",
+    "PREPARED": "being committed",
+    "RESCHEDULING": "being rescheduled",
+}
+"""Ray's states of a placement group on its way to CREATED, and what each means."""
 
 
 def base_resource(name: str) -> str:
@@ -100,19 +109,72 @@ def pack_bundles(
     return [placed[b] for b in range(len(bundles))]
 
 
+def group_of(resource: str) -> str:
+    """The placement group id a bundle resource names (`CPU_group_<id>`, `GPU_group_0_<id>`,
+    `bundle_group_<id>`), else ""."""
+    return resource.split("_group_", 1)[1].rsplit("_", 1)[-1] if "_group_" in resource else ""
+
+
 def explain_pending(
-    demands: Iterable[Demand], nodes: Sequence[NodeResources], holders: Sequence[Holder]
+    demands: Iterable[Demand],
+    nodes: Sequence[NodeResources],
+    holders: Sequence[Holder],
+    groups: Mapping[str, str] | None = None,
 ) -> PendingReport:
-    """Every demand's verdict; infeasible ones first, then waiting, then the rest."""
+    """Every demand's verdict; infeasible ones first, then waiting, then the rest.
+
+    `groups`: every placement group that exists, id -> Ray's state (PENDING, PREPARED,
+    CREATED, RESCHEDULING); the groups among `demands` and `holders` count too. Work in a
+    group that exists is never infeasible: it waits for its group (start-up, not a failure).
+    """
     alive = [n for n in nodes if n.alive]
     demands = list(demands)
     pending_groups = {
         d.id for d in demands if d.kind == DemandKind.PLACEMENT_GROUP and d.state == "PENDING"
     }
-    verdicts = [_explain(d, alive, holders, pending_groups) for d in demands]
+    known = {h.id: "CREATED" for h in holders if h.kind == "placement group"}
+    known.update({d.id: d.state for d in demands if d.kind == DemandKind.PLACEMENT_GROUP})
+    known.update(groups or {})
+    verdicts = [
+        _in_group(d, alive, known) or _explain(d, alive, holders, pending_groups) for d in demands
+    ]
     order = list(Verdict)
     verdicts.sort(key=lambda v: (order.index(v.verdict), v.demand.kind.value, v.demand.id))
     return PendingReport(tuple(nodes), tuple(verdicts))
+
+
+def _in_group(
+    demand: Demand, nodes: Sequence[NodeResources], groups: Mapping[str, str]
+) -> PendingVerdict | None:
+    """A task or actor waiting for its placement group (being created or committed, or its
+    bundles not yet in the nodes' resources); None when that is not why it waits."""
+    if (
+        demand.kind == DemandKind.PLACEMENT_GROUP
+        or demand.state in ARGS_STATES | OBJECT_STORE_STATES
+    ):
+        return None
+    named = {group_of(r) for b in demand.bundles for r in b} - {""}
+    pg = next((g for g in (demand.placement_group_id, *sorted(named)) if g and g in groups), "")
+    if not pg:
+        return None
+    state, what, short = groups[pg], _describe(demand), pg[:12]
+    if state in CREATING_GROUP_STATES:
+        doing = CREATING_GROUP_STATES[state]
+        return PendingVerdict(
+            demand,
+            Verdict.PENDING_GROUP,
+            f"{what}: waits for its placement group {short}, which is {doing} ({state}"
+            + ("; see its line)" if state in ("PENDING", "RESCHEDULING") else ")"),
+        )
+    fits = pack_bundles(demand.bundles, [n.total for n in nodes], demand.strategy or "PACK")
+    if fits is None:  # the group exists: its bundles are not (yet) in the nodes' resources
+        return PendingVerdict(
+            demand,
+            Verdict.PENDING_GROUP,
+            f"{what}: waits for its placement group {short} ({state}): its bundles are not "
+            "in the nodes' resources yet (Ray commits them after the group is created)",
+        )
+    return None
 
 
 def _explain(
@@ -173,7 +235,10 @@ def _explain(
     short = _why_not(demand, could, "available")
     short_res = {s.resource for s in short}
     held = _holders_of(holders, {n.node_id for n in could}, short_res)
-    names = ", ".join(f"{h.kind} {h.name} ({_amounts(h.resources, short_res)})" for h in held[:4])
+    names = ", ".join(
+        f"{h.kind} {h.name}{_of_job(h, demand)} ({_amounts(h.resources, short_res)})"
+        for h in held[:4]
+    )
     return PendingVerdict(
         demand,
         Verdict.WAITING,
@@ -222,6 +287,11 @@ def _holders_of(holders: Sequence[Holder], node_ids: set[str], resources: set[st
     found = [h for h in holders if h.node_id in node_ids and amount(h) > EPS]
     found.sort(key=lambda h: (-amount(h), h.kind, h.name))
     return found
+
+
+def _of_job(holder: Holder, demand: Demand) -> str:
+    """` of job <id>` when another job holds it (the user's own job goes unsaid)."""
+    return f" of job {holder.job_id}" if holder.job_id and holder.job_id != demand.job_id else ""
 
 
 def _amounts(resources: Resources, names: set[str]) -> str:

@@ -57,6 +57,8 @@ class DemandsRead:
     demands: list[Demand]
     holders: list[Holder]
     note: str = ""
+    groups: dict[str, str] = field(default_factory=dict)
+    """Every placement group that exists, id -> Ray's state: work in one waits for it."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def read_demands(*, timeout: int = STATE_TIMEOUT_S, state_api: bool = True) -> D
         for t in got["RUNNING"]
         if _is_plain_task(t) and t.node_id
     ]
-    return DemandsRead(demands, holders)
+    return DemandsRead(demands, holders, groups=_group_states(got["groups"]))
 
 
 def pending_report(address: str | None, *, state_api: bool = True) -> PendingReport:
@@ -140,7 +142,7 @@ def pending_report(address: str | None, *, state_api: bool = True) -> PendingRep
 
     connect(address)
     read = read_demands(state_api=state_api)
-    report = explain_pending(read.demands, cluster_nodes(), read.holders)
+    report = explain_pending(read.demands, cluster_nodes(), read.holders, read.groups)
     return replace(report, notes=(read.note,)) if read.note else report
 
 
@@ -183,7 +185,7 @@ def _read_from_gcs() -> DemandsRead:
         ) from None
     strategies = {g.placement_group_id: g.strategy for g in groups}
     demands, holders = _from_records(actors, groups, strategies)
-    return DemandsRead(demands, holders, NO_DASHBOARD_NOTE)
+    return DemandsRead(demands, holders, NO_DASHBOARD_NOTE, _group_states(groups))
 
 
 def _gcs_records() -> tuple[list[_ActorRecord], list[_GroupRecord]]:
@@ -268,6 +270,7 @@ def _from_records(
                             f"{g.name or g.placement_group_id[:12]} bundle {i}",
                             b["node_id"],
                             _floats(b.get("unit_resources")),
+                            g.creator_job_id or "",
                         )
                     )
     return demands, holders
@@ -379,4 +382,10 @@ def _group_demand(g: Any, strategy: str) -> Demand:
 
 
 def _holder(kind: str, id_: str, name: str | None, node_id: str, rec: Any) -> Holder:
-    return Holder(kind, id_, name or "", node_id, _floats(rec.required_resources))
+    job = getattr(rec, "job_id", "") or ""
+    return Holder(kind, id_, name or "", node_id, _floats(rec.required_resources), job)
+
+
+def _group_states(groups: Sequence[Any]) -> dict[str, str]:
+    """Every placement group that exists (not removed), id -> Ray's state."""
+    return {g.placement_group_id: g.state for g in groups if g.state != "REMOVED"}

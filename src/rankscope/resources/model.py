@@ -114,6 +114,8 @@ class Holder:
     name: str
     node_id: str
     resources: Resources
+    job_id: str = ""
+    """The job it belongs to: why-pending names another job's holder as that job's."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,8 @@ class Verdict(str, enum.Enum):
     PENDING_OBJECT_STORE = "pending_object_store"
     """Waiting for object store memory on its node."""
     PENDING_GROUP = "pending_group"
-    """Scheduled into a placement group that is itself pending."""
+    """Waits for its placement group: being created or committed (start-up), or created and
+    its bundles not yet in the nodes' resources; never infeasible while the group exists."""
     SCHEDULABLE = "schedulable"
     """Fits in what is free now: the scheduler has not placed it yet (transient)."""
 
