@@ -11,6 +11,7 @@ from rankscope.failures.analysis import (
     TraceFrame,
     alert_message,
     bounded,
+    entry_frame,
     is_library_path,
     tail,
     task_error,
@@ -66,6 +67,27 @@ def test_without_a_user_frame_the_innermost_frame_is_kept_and_none_without_frame
     assert user_frame([], ROOTS) is None
 
 
+def test_a_runners_task_is_named_by_the_users_outermost_function():
+    """Ray Train's training thread: no Ray task name; the loop the user handed it names it."""
+    frames = [
+        TraceFrame(f"{SITE}/ray/train/v2/_internal/execution/thread_runner.py", 40, "_run_target"),
+        TraceFrame(f"{SITE}/ray/train/v2/_internal/util.py", 180, "train_fn"),
+        TraceFrame("/home/me/job/train.py", 12, "train_loop_per_worker"),
+        TraceFrame("/home/me/job/data.py", 92, "load_batch"),
+    ]  # fmt: skip
+    assert entry_frame(frames, ROOTS) == frames[2] and entry_frame(frames[:2], ROOTS) is None
+    common = dict(
+        exc_type="ValueError", message="m", frames=frames, traceback_text="", roots=ROOTS,
+        rank=0, group=None, pid=1, hostname="h", actor="RayTrainWorker",
+        thread="TrainingThread(train_fn)", time=0.0, via="ray_train",
+    )  # fmt: skip
+    assert task_error(task="", **common).task == "train_loop_per_worker"
+    assert task_error(task="Worker.train", **common).task == "Worker.train"
+    assert (
+        task_error(task="", **{**common, "frames": frames[:2]}).task == "TrainingThread(train_fn)"
+    )
+
+
 def test_text_is_bounded_and_the_traceback_keeps_its_last_lines():
     assert bounded("short") == "short"
     long = bounded("x" * 2000)
@@ -94,8 +116,9 @@ def test_the_record_names_type_message_and_the_users_line_and_crosses_as_json():
     payload = json.loads(json.dumps(error.to_payload()))
     assert set(payload) == {
         "rank", "group", "pid", "hostname", "actor", "task", "thread", "exc_type", "message",
-        "where", "function", "path", "traceback", "time", "via", "echo",
+        "where", "function", "path", "traceback", "time", "via", "echo", "summary",
     }  # fmt: skip
+    assert payload["summary"] == error.headline
     assert TaskError.from_payload(payload) == error
     assert TaskError.from_payload({"exc_type": "KeyError", "pid": 7}).who == "pid 7@"
 

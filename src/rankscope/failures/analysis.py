@@ -19,6 +19,7 @@ __all__ = [
     "TraceFrame",
     "alert_message",
     "bounded",
+    "entry_frame",
     "is_library_path",
     "tail",
     "task_error",
@@ -87,6 +88,17 @@ def user_frame(
     return frames[-1] if frames else None
 
 
+def entry_frame(
+    frames: Sequence[TraceFrame], roots: Sequence[str], user_roots: Sequence[str] = ()
+) -> TraceFrame | None:
+    """The outermost frame of the user's code: the function a runner was given (Ray Train's
+    `train_loop_per_worker`, a thread's target); None when no frame is the user's."""
+    for frame in frames:
+        if not is_library_path(frame.path, roots, user_roots):
+            return frame
+    return None
+
+
 def bounded(text: str, limit: int = MESSAGE_LIMIT) -> str:
     """`text` cut to at most `limit` characters, saying how many were left out."""
     if len(text) <= limit:
@@ -122,14 +134,18 @@ def task_error(
     pid: int,
     hostname: str,
     actor: str | None,
-    task: str,
+    task: str | None,
     thread: str,
     time: float,
     via: str,
     echo: bool = False,
 ) -> TaskError:
-    """The record of one exception, its text bounded and its user frame picked."""
+    """The record of one exception, its text bounded and its user frame picked. Without a
+    `task` name (a runner's thread), the user's entry function names it, else the thread."""
     frame = user_frame(frames, roots, user_roots)
+    if not task:
+        entry = entry_frame(frames, roots, user_roots)
+        task = entry.function if entry else thread
     return TaskError(
         rank=rank,
         group=group,

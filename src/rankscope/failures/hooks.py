@@ -60,7 +60,8 @@ def record(
     exc: BaseException, tb: TracebackType | None = None, *, via: str, task: str | None = None
 ) -> TaskError | None:
     """Record `exc` as the exception that ended this rank's work: a `task_error` event and an
-    `exception` alert, sent now. Returns the record (None when skipped); never raises."""
+    `exception` alert, sent now. `task`: None asks Ray for the running task's name; "" names
+    it by the user's outermost function. Returns the record (None when skipped); never raises."""
     try:
         if not level.RECORDING or not _worth_recording(type(exc).__name__):
             return None
@@ -105,7 +106,7 @@ def _build(
         pid=ctx.pid,
         hostname=ctx.hostname,
         actor=ctx.actor_class,
-        task=task or _ray_task_name() or thread,
+        task=_ray_task_name() if task is None else task,
         thread=thread,
         time=time.time(),
         via=via,
@@ -190,7 +191,7 @@ def _patch_train_v2(module: ModuleType) -> None:
 
     @functools.wraps(original)
     def construct(e: BaseException, *args: Any, **kwargs: Any) -> Any:
-        record(e, e.__traceback__, via="ray_train", task=threading.current_thread().name)
+        record(e, e.__traceback__, via="ray_train", task="")  # "": named by the loop's function
         return original(e, *args, **kwargs)
 
     setattr(construct, _MARK, True)
@@ -206,7 +207,7 @@ def _patch_train_v1(module: ModuleType) -> None:
 
     @functools.wraps(original)
     def propagate(self: threading.Thread, e: BaseException) -> Any:
-        record(e, e.__traceback__, via="ray_train", task=self.name)
+        record(e, e.__traceback__, via="ray_train", task="")
         return original(self, e)
 
     setattr(propagate, _MARK, True)

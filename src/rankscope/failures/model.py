@@ -62,8 +62,9 @@ class TaskError:
         return f"{self.who} raised {said}{at}"
 
     def to_payload(self) -> dict[str, Any]:
-        """The event's payload: every field, as plain JSON."""
-        return dataclasses.asdict(self)
+        """The event's payload: every field as plain JSON, and `summary`, the headline
+        (`rankscope events` shows it as the event's line)."""
+        return {**dataclasses.asdict(self), "summary": self.headline}
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> TaskError:
