@@ -13,6 +13,7 @@ from rankscope.failures.analysis import (
     bounded,
     entry_frame,
     is_library_path,
+    raised_in_collective,
     tail,
     task_error,
     user_frame,
@@ -59,6 +60,25 @@ def test_library_code_outside_site_packages_is_still_not_the_users():
     ):
         assert not is_library_path(path, ROOTS), path
     assert not is_library_path(f"{SITE}/mypkg/model.py", ROOTS, user_roots=(f"{SITE}/mypkg",))
+
+
+def test_a_collective_that_raised_under_the_users_frame_is_told_apart():
+    """A peer died: the rank's all_reduce raised inside torch.distributed, not its own code."""
+    failed = [
+        TraceFrame("/home/me/job/train.py", 40, "train"),
+        TraceFrame("/work/rankscope/src/rankscope/hang/recorder.py", 380, "recorded"),
+        TraceFrame(f"{SITE}/torch/distributed/c10d_logger.py", 81, "wrapper"),
+        TraceFrame(f"{SITE}/torch/distributed/distributed_c10d.py", 2806, "all_reduce"),
+    ]
+    assert raised_in_collective(failed, ROOTS)
+    assert not raised_in_collective(RAY_TASK, ROOTS)  # json raised under the user's frame
+    assert not raised_in_collective(failed[1:], ROOTS)  # no user frame: nothing to be under
+    error = task_error(
+        exc_type="RuntimeError", message="Connection closed by peer", frames=failed,
+        traceback_text="", roots=ROOTS, rank=0, group=None, pid=1, hostname="h", actor=None,
+        task="t", thread="MainThread", time=0.0, via="ray_task",
+    )  # fmt: skip
+    assert error.in_collective and error.where == "train.py:40"
 
 
 def test_without_a_user_frame_the_innermost_frame_is_kept_and_none_without_frames():
@@ -116,7 +136,7 @@ def test_the_record_names_type_message_and_the_users_line_and_crosses_as_json():
     payload = json.loads(json.dumps(error.to_payload()))
     assert set(payload) == {
         "rank", "group", "pid", "hostname", "actor", "task", "thread", "exc_type", "message",
-        "where", "function", "path", "traceback", "time", "via", "echo", "summary",
+        "where", "function", "path", "traceback", "time", "via", "echo", "in_collective", "summary",
     }  # fmt: skip
     assert payload["summary"] == error.headline
     assert TaskError.from_payload(payload) == error

@@ -101,7 +101,21 @@ def test_a_rank_raising_while_its_peers_wait_is_named_within_seconds(four_ranks)
         f"rank 2 raised ValueError: bad batch (test_failures_cluster.py:{RAISE_LINE})"
     )
     others = [e for pid in pids if pid != pids[BAD] for e in _task_errors(pid, start)]
-    assert not others  # the waiting ranks raised nothing
+    assert not others and not error["in_collective"]  # the waiting ranks raised nothing
+
+    ray.kill(actors[BAD])  # now their all_reduce fails: an effect, told apart from the cause
+
+    def effects() -> list[dict]:  # gloo fails some waiting ranks at once (rank 0 may wait on)
+        found = [e for pid in pids if pid != pids[BAD] for e in _task_errors(pid, start)]
+        errors = {e["payload"]["pid"] for e in found if e["kind"] == "task_error"}
+        alerts = {e["payload"]["pid"] for e in found if e["kind"] == "alert"}
+        return found if errors and errors == alerts else []
+
+    found = wait_until(effects, timeout=30, what="the waiting ranks' failed all_reduce")
+    errors = [e["payload"] for e in found if e["kind"] == "task_error"]
+    assert all(e["in_collective"] and e["function"] == "train_step" for e in errors), errors
+    alerts = [e["payload"] for e in found if e["kind"] == "alert"]
+    assert {a["severity"] for a in alerts} == {"warning"}, alerts
 
 
 def test_async_methods_and_dying_threads_are_recorded_once_per_place(four_ranks):

@@ -21,6 +21,7 @@ __all__ = [
     "bounded",
     "entry_frame",
     "is_library_path",
+    "raised_in_collective",
     "tail",
     "task_error",
     "user_frame",
@@ -34,6 +35,8 @@ TRACEBACK_LIMIT = 4096
 LIBRARY_SEGMENTS = ("ray/", "torch/", "verl/single_controller/", "rankscope/")
 """Folders whose frames are never the user's wherever they are installed (a source checkout
 of Ray or verl too); `python/ray/_raylet.pyx` is how Ray's Cython frames are named."""
+COLLECTIVE_SEGMENTS = ("torch/distributed/",)
+"""Where a collective raises (a peer gone, a timeout): an error that may be another rank's."""
 USER_SEGMENTS = ("rankscope/demo/",)
 """rankscope's own folders holding user code: the demo's training script."""
 NOT_ERRORS = frozenset(
@@ -86,6 +89,17 @@ def user_frame(
         if not is_library_path(frame.path, roots, user_roots):
             return frame
     return frames[-1] if frames else None
+
+
+def raised_in_collective(
+    frames: Sequence[TraceFrame], roots: Sequence[str], user_roots: Sequence[str] = ()
+) -> bool:
+    """Whether the exception came out of torch.distributed below the user's innermost frame:
+    the rank's collective failed (a peer died or timed out), often the effect of another rank."""
+    for i in range(len(frames) - 1, -1, -1):
+        if not is_library_path(frames[i].path, roots, user_roots):
+            return any(_has_segment(f.path, COLLECTIVE_SEGMENTS) for f in frames[i + 1 :])
+    return False
 
 
 def entry_frame(
@@ -163,6 +177,7 @@ def task_error(
         time=time,
         via=via,
         echo=echo,
+        in_collective=raised_in_collective(frames, roots, user_roots),
     )
 
 

@@ -72,8 +72,9 @@ def record(
         probe = current_probe()
         if probe is not None:
             probe.emit(EVENT_KIND, error.to_payload())
+        severity = "warning" if error.in_collective or error.echo else "error"  # effects
         alert = Alert(
-            ALERT_RULE, "error", alert_message(error), error.time, rank=error.rank,
+            ALERT_RULE, severity, alert_message(error), error.time, rank=error.rank,
             group=error.group,
         )  # fmt: skip
         publish([alert])

@@ -48,6 +48,9 @@ class TaskError:
     echo: bool = False
     """Another task's error passed on (Ray's RayTaskError, e.g. a controller's `ray.get` of a
     failed worker): the record of the task that raised first names the cause."""
+    in_collective: bool = False
+    """Raised by torch.distributed under the user's frame: the rank's collective failed (a
+    peer died, a timeout), often the effect of another rank's fault, not its cause."""
 
     @property
     def who(self) -> str:
@@ -72,7 +75,7 @@ class TaskError:
         empty: dict[str, Any] = {
             "rank": None, "group": None, "pid": 0, "hostname": "", "actor": None, "task": "",
             "thread": "", "exc_type": "", "message": "", "where": "", "function": "", "path": "",
-            "traceback": "", "time": 0.0, "via": "", "echo": False,
+            "traceback": "", "time": 0.0, "via": "", "echo": False, "in_collective": False,
         }  # fmt: skip
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{**empty, **{k: v for k, v in payload.items() if k in names}})
