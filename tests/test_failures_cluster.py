@@ -4,12 +4,13 @@ in the user's code; the record reaches the hub within seconds, as an event and a
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 import ray
 
-from helpers import wait_registered
+from helpers import cluster_address, run_cli, wait_registered
 from rankscope.runtime.client import HubClient
 from workers import GlooRank, form_group, wait_until
 
@@ -87,7 +88,7 @@ def test_a_rank_raising_while_its_peers_wait_is_named_within_seconds(four_ranks)
         kinds = {e["kind"] for e in events}
         return events if {"task_error", "alert"} <= kinds else []
 
-    events = wait_until(recorded, timeout=10, what="rank 2's task_error and alert at the hub")
+    events = wait_until(recorded, timeout=5, what="rank 2's task_error and alert at the hub")
     [error] = [e["payload"] for e in events if e["kind"] == "task_error"]
     assert (error["rank"], error["exc_type"], error["message"]) == (BAD, "ValueError", "bad batch")
     assert error["where"] == f"test_failures_cluster.py:{RAISE_LINE}"
@@ -102,6 +103,16 @@ def test_a_rank_raising_while_its_peers_wait_is_named_within_seconds(four_ranks)
     )
     others = [e for pid in pids if pid != pids[BAD] for e in _task_errors(pid, start)]
     assert not others and not error["in_collective"]  # the waiting ranks raised nothing
+    job = ["--job", ray.get_runtime_context().get_job_id(), "--address", cluster_address()]
+    listed = run_cli("events", "--kind", "task_error", *job, env={"COLUMNS": "250"})
+    assert alert["message"] in listed.stdout, listed.stdout  # the summary is the event's line
+    raised = run_cli("alerts", "--json", *job)
+    assert raised.returncode == 1  # an active alert, with no command run before
+    assert any(
+        a["rule"] == "exception" and a["message"] == alert["message"] and a["active"]
+        for j in json.loads(raised.stdout)["data"]
+        for a in j["alerts"]
+    ), raised.stdout
 
     ray.kill(actors[BAD])  # now their all_reduce fails: an effect, told apart from the cause
 
