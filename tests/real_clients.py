@@ -2,9 +2,10 @@
 
 No rankscope call in here: the probe comes from the setup hook, as in a user's job. Each rank
 runs `STEPS` all_reduces; the faulty rank waits in `wait_for_release` before the 3rd one until
-the test writes its release file: `go` to carry on, `die` to `os._exit(1)`. In the `straggle`
-mode the faulty rank computes slower every step instead, and all print their loss; in the
-`steady` mode (Ray Train) no rank is faulty: 2 s steps, as a healthy job starts.
+the test writes its release file: `go` to carry on, `die` to `os._exit(1)`, `raise` to raise
+`ValueError("bad batch")` from the user's code while its peers wait in all_reduce. In the
+`straggle` mode the faulty rank computes slower every step instead, and all print their loss;
+in the `steady` mode (Ray Train) no rank is faulty: 2 s steps, as a healthy job starts.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ def train_steps(rank: int, fault_rank: int, release_file: str) -> int:
 
     for step in range(STEPS):
         stalls = step == FAULT_STEP and rank == fault_rank
-        if stalls and wait_for_release(release_file) == "die":
+        release = wait_for_release(release_file) if stalls else ""
+        if release == "die":
             os._exit(1)
+        if release == "raise":
+            raise ValueError("bad batch")
         grad = torch.full((8,), float(rank))
         dist.all_reduce(grad)
     return rank

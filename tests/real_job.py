@@ -3,8 +3,8 @@
     python real_job.py ADDRESS verl|train FAULT_RANK RELEASE_FILE [stall|straggle|steady]
 
 Installs rankscope only through the setup hook (no code change), prints its job id, trains
-(one rank stalls before the 3rd all_reduce, see real_clients.py), then prints `done` or the
-error the client raised.
+(one rank stalls before the 3rd all_reduce, then goes on, dies or raises as the release file
+says, see real_clients.py), then prints `done` or the error the client raised.
 """
 
 from __future__ import annotations

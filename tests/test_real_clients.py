@@ -5,7 +5,8 @@ Train's TorchTrainer, 4 CPU ranks on gloo each (tests/real_job.py, tests/real_cl
 Rank 2 stalls before the 3rd all_reduce: `hang` and `stacks` must name it and its line (Ray
 Train runs the loop in its own thread, not the main thread). Then rank 2 exits: the others'
 all_reduce fails, the client tears the group down, and rankscope must say that they failed
-(not "never entered") and that rank 2 died first.
+(not "never entered") and that rank 2 died first. When rank 2 raises instead, its exception
+reaches the hub before the client tears the group down.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from helpers import cluster_address, run_cli, seen_in
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
-from real_clients import wait_for_release
+from real_clients import train_steps, wait_for_release
 from workers import wait_until
 
 JOB = os.path.join(os.path.dirname(__file__), "real_job.py")
@@ -183,3 +184,37 @@ def test_trace_and_logs_name_the_straggler_on_the_real_client(straggling_job, tm
     )  # fmt: skip
     assert logs.returncode == 0, logs.stderr
     assert re.search(r"ranks 0-3: step \S+ loss=0\.500\.\.0\.530", logs.stdout), logs.stdout
+
+
+def _raise_line() -> int:
+    import inspect
+
+    lines, first = inspect.getsourcelines(train_steps)
+    return first + next(
+        i for i, line in enumerate(lines) if 'raise ValueError("bad batch")' in line
+    )
+
+
+@pytest.mark.parametrize("client", ["verl", "train"])
+def test_an_exception_on_one_rank_reaches_the_hub_before_the_teardown(
+    client, cluster, hub, tmp_path
+):
+    """Rank 2's user code raises while ranks 0, 1, 3 wait for it in all_reduce; the client
+    (verl's driver, Ray Train's controller) then kills the group within seconds."""
+    release = str(tmp_path / "release")
+    with open(release, "w") as f:
+        f.write("raise")
+    job_id, driver = _start_job(client, "stall", release)
+    out, _ = driver.communicate(timeout=120)
+    assert out.strip().startswith("failed:"), out
+
+    def recorded() -> list[dict]:
+        events = HubClient.attach().events(job_id, ["task_error"], limit=50)
+        return [e["payload"] for e in events if e["payload"].get("rank") == STALLED]
+
+    [error] = wait_until(recorded, timeout=10, what="rank 2's task_error")
+    assert (error["exc_type"], error["message"]) == ("ValueError", "bad batch")
+    assert error["where"] == f"real_clients.py:{_raise_line()}"
+    assert error["function"] == "train_steps" and not error["echo"]
+    assert error["via"] == ("ray_task" if client == "verl" else "ray_train")
+    assert error["task"] == ("TrainWorker.train" if client == "verl" else "ray_train_loop")

@@ -6,6 +6,7 @@ from a terminal: `rankscope status`, `rankscope stacks`.
 """
 
 import rankscope.doctor  # registers the probe's `environment` command
+import rankscope.failures  # records the exception that ends a task, a train loop or a thread
 import rankscope.hang  # collective recorder, watchdog, `collectives` command
 import rankscope.levels  # registers the probe's `level` command
 import rankscope.memory  # registers the probe's `memory` command

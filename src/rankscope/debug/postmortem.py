@@ -110,36 +110,25 @@ def handle(exc: BaseException, tb: TracebackType | None, *, timeout: float | Non
 
 
 def install_ray_hook(timeout: float | None = None) -> bool:
-    """Make this Ray worker open a session when a task or actor method raises."""
+    """Make this Ray worker open a session when a task or actor method raises.
+
+    Through `runtime.task_failure`'s chain on Ray's hook, after the listeners put first (the
+    `failures` record), before Ray's own debugger when RAY_DEBUG_POST_MORTEM asks for it.
+    """
     global _installed
     if _installed:
         return True
     if "ray" not in sys.modules:
         return False
-    try:
-        import ray.util
+    from rankscope.runtime import task_failure
 
-        hooks = ray.util.pdb
-        previous_enabled = hooks._is_ray_debugger_post_mortem_enabled
-        previous_post_mortem = hooks._post_mortem
-    except Exception as exc:
-        log.warning(
-            "rankscope: this Ray has no post-mortem hook (%s); use @rankscope.post_mortem", exc
-        )
+    def on_task_error(exc: BaseException, tb: TracebackType | None) -> None:
+        handle(exc, tb, timeout=timeout)
+
+    if not task_failure.install():
+        log.warning("rankscope: no post-mortem through Ray's hook; use @rankscope.post_mortem")
         return False
-
-    def enabled() -> bool:
-        return True
-
-    def on_task_error() -> None:
-        exc, tb = sys.exc_info()[1:]
-        if exc is not None:
-            handle(exc, tb, timeout=timeout)
-        if previous_enabled():  # the user also asked for Ray's own (RAY_DEBUG_POST_MORTEM=1)
-            previous_post_mortem()
-
-    hooks._is_ray_debugger_post_mortem_enabled = enabled
-    hooks._post_mortem = on_task_error
+    task_failure.add_listener(on_task_error)
     _installed = True
     return True
 

@@ -259,15 +259,24 @@ class Probe:
         for command in reply.commands:
             self._answer(command)
 
-    def send_last_words(self) -> None:
+    def send_last_words(self, *, with_events: bool = False) -> None:
         """Send the summaries now, without waiting for the reply or the next heartbeat: the
-        process may be killed any moment (a peer died inside a collective). Never raises."""
+        process may be killed any moment (a peer died inside a collective). `with_events`: the
+        queued events too (a task just raised: its record must beat the teardown). Fire and
+        forget from the caller's thread; never raises."""
         try:
             if self._hub is None:
                 return
+            events = self._take_events() if with_events else ()
             groups = self._changed_groups()
-            request = PollRequest(self.probe_id, progress.snapshot(), (), 0, _summaries(), groups)
-            self._hub.last_words.remote(request)
+            request = PollRequest(
+                self.probe_id, progress.snapshot(), events, self._dropped_events, _summaries(),
+                groups,
+            )  # fmt: skip
+            try:
+                self._hub.last_words.remote(request)
+            except Exception:
+                self._return_events(events)  # the next heartbeat takes them
         except Exception:
             pass
 
