@@ -176,7 +176,11 @@ def is_consequence(error: Mapping[str, Any]) -> bool:
     elsewhere (`echo`: the probe saw a RayTaskError passed on), or a collective whose peer
     left (raised inside torch.distributed)."""
     kind = str(error.get("exc_type") or "")
-    if error.get("echo") or error.get("in_collective") or kind.split("(", 1)[0].rsplit(".", 1)[-1] in CONSEQUENCE_TYPES:
+    if (
+        error.get("echo")
+        or error.get("in_collective")
+        or kind.split("(", 1)[0].rsplit(".", 1)[-1] in CONSEQUENCE_TYPES
+    ):
         return True
     message = str(error.get("message") or "")
     raised_in = _innermost_file(str(error.get("traceback") or ""))
