@@ -218,3 +218,12 @@ def test_an_exception_on_one_rank_reaches_the_hub_before_the_teardown(
     assert error["function"] == "train_steps" and not error["echo"]
     assert error["via"] == ("ray_task" if client == "verl" else "ray_train")
     assert error["task"] == ("TrainWorker.train" if client == "verl" else "ray_train_loop")
+    blind = _diagnosis(job_id)  # after the teardown: the exception, not the deaths it caused
+    assert (blind["kind"], blind["ranks"], blind["where"]) == (
+        "exception",
+        [STALLED],
+        f"real_clients.py:{_raise_line()}",
+    ), blind
+    assert blind["sentence"].startswith(
+        f"rank 2 raised ValueError: bad batch (real_clients.py:{_raise_line()})"
+    ), blind
