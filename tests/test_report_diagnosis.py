@@ -291,7 +291,8 @@ def test_what_counts_as_moving():
         )
 
     before = [row("a", 1, "aa:0"), row("b", 1, "bb:0"), row("c", 1, "cc:0"), row("d", 1, "dd:0")]
-    after = [row("a", 2, "aa:0"), row("b", 1, "b2:0"), row("c", 1, "cc:9"), row("d", 1, "dd:0")]
+    after = [row("a", 2, "aa:0"), row("b", 1, "b2:0"), row("c", 1, f"cc:{2 << 20}"),
+             row("d", 1, "dd:4096")]  # fmt: skip
     assert moved(before, after) == {
         "a": "its step moved",
         "b": "its call stack changed",

@@ -25,7 +25,7 @@ from rankscope.alerts.judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.alerts.model import Alert
 from rankscope.alerts.rules import publish
 from rankscope.context import get_context
-from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang
+from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang, what_moved
 from rankscope.hang.model import RecorderSnapshot
 from rankscope.ranks import format_ranks
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
@@ -213,8 +213,10 @@ def stuck_only(
     for a in alerts:
         if a.rule == "hang" and a.rank is not None and waited_s < SLOW_LIMIT_S:
             then, now = before.get(a.rank), after.get(a.rank)
-            if then is None or now is None or not now[1] or then != now:
-                continue
+            if then is None or now is None or not now[1]:
+                continue  # no earlier look (or no motion known): the next turn decides
+            if then[0] != now[0] or what_moved(then[1], now[1]):
+                continue  # it stepped, or its call chain or storage I/O moved: slow
         out.append(a)
     return out
 

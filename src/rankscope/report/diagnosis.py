@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from rankscope.hang.analysis import what_moved
 from rankscope.report.layout import process_label
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section, Severity
 from rankscope.report.section_diagnosis import from_hang, from_section, rank_places, ranks_text
@@ -379,10 +380,6 @@ def moved(before: Sequence[ProbeStatus], after: Sequence[ProbeStatus]) -> dict[s
             out[p.info.probe_id] = "its step moved"
             continue
         a, b = str(old.summaries.get("motion") or ""), str(p.summaries.get("motion") or "")
-        if not a or not b or a == b:
-            continue
-        same_chain = a.partition(":")[0] == b.partition(":")[0]
-        out[p.info.probe_id] = (
-            "it reads or writes storage" if same_chain else "its call stack changed"
-        )
+        if change := what_moved(a, b):
+            out[p.info.probe_id] = change
     return out
