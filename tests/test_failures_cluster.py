@@ -118,15 +118,14 @@ def test_a_rank_raising_while_its_peers_wait_is_named_within_seconds(four_ranks)
 
     def effects() -> list[dict]:  # gloo fails some waiting ranks at once (rank 0 may wait on)
         found = [e for pid in pids if pid != pids[BAD] for e in _task_errors(pid, start)]
-        errors = {e["payload"]["pid"] for e in found if e["kind"] == "task_error"}
-        alerts = {e["payload"]["pid"] for e in found if e["kind"] == "alert"}
-        return found if errors and errors == alerts else []
+        return found if any(e["kind"] == "task_error" for e in found) else []
 
     found = wait_until(effects, timeout=30, what="the waiting ranks' failed all_reduce")
     errors = [e["payload"] for e in found if e["kind"] == "task_error"]
     assert all(e["in_collective"] and e["function"] == "train_step" for e in errors), errors
-    alerts = [e["payload"] for e in found if e["kind"] == "alert"]
-    assert {a["severity"] for a in alerts} == {"warning"}, alerts
+    time.sleep(1.0)  # an alert would come with the event, sent at once
+    found = [e for pid in pids if pid != pids[BAD] for e in _task_errors(pid, start)]
+    assert not [e for e in found if e["kind"] == "alert"], found  # effects page no one
 
 
 def test_async_methods_and_dying_threads_are_recorded_once_per_place(four_ranks):

@@ -72,12 +72,12 @@ def record(
         probe = current_probe()
         if probe is not None:
             probe.emit(EVENT_KIND, error.to_payload())
-        severity = "warning" if error.in_collective or error.echo else "error"  # effects
-        alert = Alert(
-            ALERT_RULE, severity, alert_message(error), error.time, rank=error.rank,
-            group=error.group,
-        )  # fmt: skip
-        publish([alert])
+        if not (error.in_collective or error.echo):  # an effect pages no one: its cause does
+            alert = Alert(
+                ALERT_RULE, "error", alert_message(error), error.time, rank=error.rank,
+                group=error.group,
+            )  # fmt: skip
+            publish([alert])
         if probe is not None:
             probe.send_last_words(with_events=True)
         return error

@@ -7,6 +7,7 @@ sentence where the data has them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -357,7 +358,7 @@ def _place_of(
         )
         found = FILE_LINE.findall(where)
         if found:
-            return found[-1]
+            return os.path.basename(found[-1])
     return ""
 
 
@@ -404,7 +405,7 @@ def _culprit_in(sentence: str) -> str:
 
 def _where_in(sentence: str) -> str:
     found = FILE_LINE.findall(sentence)
-    return found[-1] if found else ""
+    return os.path.basename(found[-1]) if found else ""
 
 
 def _guess_kind(key: str) -> DiagnosisKind:
