@@ -236,20 +236,28 @@ def _persistently_late(
     waited: Sequence[Aligned], limit: float
 ) -> list[tuple[int, Sequence[Aligned], list[float]]]:
     """Per rank found late, its worst window (the highest median lateness): (rank, the
-    window, its lateness at the collectives of the window it arrived last at)."""
+    window, its lateness at the collectives of the window it arrived last at). One pass: the
+    window's count of last arrivals slides with it (a big group's report reads thousands)."""
     n = min(LATE_WINDOW, len(waited))
-    best: dict[int, tuple[float, Sequence[Aligned], list[float]]] = {}
-    for i in range(len(waited) - n + 1 if n >= MIN_LATE else 0):
-        window = waited[i : i + n]
-        ranks = {r for a in window for r in a.starts}
-        rank, count = Counter(a.last for a in window).most_common(1)[0]
-        if count < max(MIN_LATE, late_share(len(ranks)) * n):
+    if n < MIN_LATE:
+        return []
+    lasts = [a.last for a in waited]
+    skews = [a.skew_s for a in waited]
+    need = max(MIN_LATE, late_share(max(len(a.starts) for a in waited)) * n)
+    count = Counter(lasts[:n])
+    best: dict[int, tuple[float, int, list[float]]] = {}
+    for i in range(len(waited) - n + 1):
+        if i:
+            count[lasts[i - 1]] -= 1
+            count[lasts[i + n - 1]] += 1
+        rank, times = count.most_common(1)[0]
+        if times < need:
             continue
-        skews = [a.skew_s for a in window if a.last == rank]
-        median = statistics.median(skews)
+        late = [skews[j] for j in range(i, i + n) if lasts[j] == rank]
+        median = statistics.median(late)
         if median > limit and median > best.get(rank, (0.0,))[0]:
-            best[rank] = (median, window, skews)
-    return [(rank, w, skews) for rank, (_, w, skews) in sorted(best.items())]
+            best[rank] = (median, i, late)
+    return [(r, waited[i : i + n], late) for r, (_, i, late) in sorted(best.items())]
 
 
 def _period(calls: Sequence[Aligned]) -> float:
