@@ -333,3 +333,18 @@ def test_work_waiting_on_another_jobs_resources_names_the_holder():
     assert report.verdict.startswith(
         "actor Worker waits for resources another job holds: actor Hog of job 02000000 (CPU: 4)"
     )
+
+
+def test_a_throughput_that_only_fluctuates_is_a_note_and_a_drop_fails():
+    def health(value: float) -> dict:
+        f = {"kind": "throughput_drift", "ranks": [], "step": 40, "value": value,
+             "evidence": "tokens/s fluctuates by 19%", "advice": "the input"}  # fmt: skip
+        return {"findings": [f]}
+
+    calm = build_report(RunData("job", "hub", health=(health(0.19),)), NOW)
+    assert calm.ok and calm.diagnosis is None
+    monitor = next(s for s in calm.sections if s.key == "monitor")
+    assert monitor.level is Severity.WARN and "fluctuates" in monitor.notes[0]
+    drop = build_report(RunData("job", "hub", health=(health(-0.3),)), NOW)
+    assert not drop.ok and drop.diagnosis is not None
+    assert drop.diagnosis.kind is DiagnosisKind.THROUGHPUT_DRIFT

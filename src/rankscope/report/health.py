@@ -7,7 +7,7 @@ from typing import Any
 
 from rankscope.ranks import format_ranks
 from rankscope.report.layout import MAX_ROWS
-from rankscope.report.model import RunData, Section, Table
+from rankscope.report.model import RunData, Section, Severity, Table
 
 
 def logs_section(data: RunData, now: float) -> Section | None:
@@ -95,11 +95,13 @@ def monitor_section(data: RunData, now: float) -> Section | None:
     rows = [r for t in data.top for r in t.get("ranks", ())]
     if not seen and not rows and not any(h.get("findings") for h in data.health):
         return None
-    findings = [
-        f"{f['kind']}: {f['evidence']} (what to do: {f['advice']})"
+    said = [
+        (f"{f['kind']}: {f['evidence']} (what to do: {f['advice']})", monitor_fails(f))
         for h in data.health
         for f in h.get("findings", ())
     ]
+    findings = [text for text, fails in said if fails]
+    noted = tuple(text for text, fails in said if not fails)
     for e in seen:
         p = e.get("payload") or {}
         if e["kind"] == "monitor.non_finite":
@@ -126,4 +128,25 @@ def monitor_section(data: RunData, now: float) -> Section | None:
         f"{len(rows) - MAX_ROWS:,} more ranks not shown" if len(rows) > MAX_ROWS else "",
     )
     summary = f"{len(rows)} ranks reporting steps (live), {len(seen)} monitor events"
-    return Section("monitor", "Training health", tuple(findings[:8]), summary, (table,))
+    return Section(
+        "monitor",
+        "Training health",
+        tuple(findings[:8]),
+        summary,
+        (table,),
+        notes=noted[:8],
+        level=Severity.WARN if noted else Severity.INFO,
+    )
+
+
+NOTED_ONLY = frozenset({"loss_oscillation"})
+"""Monitor findings the page notes but does not fail on (as `rankscope alerts` raises none):
+on a shared machine they are noisy. A throughput that rises or only fluctuates is noted too;
+a drop fails."""
+
+
+def monitor_fails(finding: Mapping[str, Any]) -> bool:
+    kind = str(finding.get("kind", ""))
+    if kind == "throughput_drift":
+        return float(finding.get("value") or 0.0) < 0
+    return kind not in NOTED_ONLY

@@ -14,6 +14,7 @@ from typing import Any
 
 from rankscope.ranks import format_ranks, parse_rank_spec
 from rankscope.report.environment import saved_results
+from rankscope.report.health import monitor_fails
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section
 
 __all__ = ["IDLE_LOOP", "from_hang", "from_section", "rank_places", "ranks_text"]
@@ -242,6 +243,8 @@ def _monitor_section(
 ) -> Diagnosis | None:
     for h in data.health:
         for f in h.get("findings", ()):
+            if not monitor_fails(f):
+                continue
             kind = _MONITOR_KINDS.get(str(f.get("kind")), DiagnosisKind.ALERT)
             ranks = tuple(int(r) for r in f.get("ranks") or ())
             return Diagnosis(
