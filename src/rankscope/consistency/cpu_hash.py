@@ -164,10 +164,13 @@ def hash_tensors(tensors: Sequence[torch.Tensor]) -> tuple[np.ndarray, np.ndarra
         wait(futures)
     for future in futures:
         future.result()
-    checksums = np.zeros(len(tensors), dtype=np.uint64)
-    found = np.zeros(len(tensors), dtype=np.uint64)
-    np.add.at(checksums, owners, out[:, 0])
-    np.bitwise_or.at(found, owners, out[:, 1])
+    if len(owners) == len(tensors):  # one item each (small tensors): no `ufunc.at`, slow
+        checksums, found = out[:, 0], out[:, 1]
+    else:
+        checksums = np.zeros(len(tensors), dtype=np.uint64)
+        found = np.zeros(len(tensors), dtype=np.uint64)
+        np.add.at(checksums, owners, out[:, 0])
+        np.bitwise_or.at(found, owners, out[:, 1])
     signs = np.asarray([p.signs for p in probes], dtype=np.uint64)
     return checksums, (found & signs) != 0
 
