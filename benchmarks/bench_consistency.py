@@ -6,7 +6,8 @@
    check_param_hashes_across_dp_replicas style) (goal >= 5x faster).
 3. Bytes each rank sends for 1,000 tensors (goal < 200 KB).
 
-Run: `.venv/bin/python benchmarks/bench_consistency.py [--params 100e6] [--repeats 5]`.
+Run: `.venv/bin/python benchmarks/bench_consistency.py [--params 100e6] [--repeats 5]`
+(`--sections 1`: the throughput benchmark alone).
 Timings alternate between the two sides of each comparison and report medians, so that load
 from other processes hits both alike. On a GPU (when one is present) benchmark 1 also runs on it.
 """
@@ -287,13 +288,19 @@ def main() -> None:
         "--params", type=float, default=100e6, help="state dict size for [1] and [2]"
     )
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--sections", default="123", help="which benchmarks to run, e.g. 1 for throughput only"
+    )
     args = parser.parse_args()
     print(f"torch {torch.__version__}; {os.cpu_count()} CPU cores")
-    bench_throughput("cpu", args.repeats, args.params)
-    if torch.cuda.is_available():
-        bench_throughput("cuda", args.repeats, args.params)
-    bench_whole_check(args.params, max(3, args.repeats // 2))
-    bench_bytes()
+    if "1" in args.sections:
+        bench_throughput("cpu", args.repeats, args.params)
+        if torch.cuda.is_available():
+            bench_throughput("cuda", args.repeats, args.params)
+    if "2" in args.sections:
+        bench_whole_check(args.params, max(3, args.repeats // 2))
+    if "3" in args.sections:
+        bench_bytes()
 
 
 if __name__ == "__main__":
