@@ -60,19 +60,27 @@ def nbytes(tensors: dict[str, torch.Tensor]) -> int:
 
 
 def alternate(
-    fns: dict[str, Callable[[], Any]], repeats: int, sync: Callable[[], None]
+    fns: dict[str, Callable[[], Any]],
+    repeats: int,
+    sync: Callable[[], None],
+    cpu: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """Median seconds of each function, run in turns."""
+    """Median seconds of each function, run in turns (and into `cpu`, when given, the median
+    CPU seconds of this process: on cores shared with other jobs, a steadier figure)."""
     for fn in fns.values():  # warm up (caches, constant tables, allocator)
         fn()
     sync()
     times: dict[str, list[float]] = {k: [] for k in fns}
+    cpu_times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             sync()
             times[name].append(time.perf_counter() - start)
+            cpu_times[name].append(time.process_time() - start_cpu)
+    if cpu is not None:
+        cpu.update({k: statistics.median(v) for k, v in cpu_times.items()})
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -98,6 +106,7 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
     for label, tensors in cases.items():
         items = list(tensors.items())
         values = list(tensors.values())
+        c: dict[str, float] = {}
         t = alternate(
             {
                 "sum": lambda values=values: [v.sum() for v in values],
@@ -107,6 +116,7 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
             },
             repeats,
             sync,
+            c,
         )
         gbs = nbytes(tensors) / 1e9
         print(
@@ -114,6 +124,12 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
             f"{t['sum'] / t['fingerprint']:5.2f}x {t['torch'] * 1e3:8.1f}ms "
             f"{t['sum'] / t['torch']:5.2f}x {t['full'] * 1e3:13.1f}ms "
             f"{t['sum'] / t['full']:5.2f}x   ({gbs / t['fingerprint']:.1f} GB/s)"
+        )
+        print(
+            f"    {'  by CPU time (process)':44} {c['sum'] * 1e3:7.1f}ms "
+            f"{c['fingerprint'] * 1e3:10.1f}ms {c['sum'] / c['fingerprint']:5.2f}x "
+            f"{c['torch'] * 1e3:8.1f}ms {c['sum'] / c['torch']:5.2f}x "
+            f"{c['full'] * 1e3:13.1f}ms {c['sum'] / c['full']:5.2f}x"
         )
         del tensors, items, values
 
