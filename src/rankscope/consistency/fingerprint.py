@@ -53,21 +53,30 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
     on_device: dict[str, list[int]] = {}
     kernel = cpu_hash.available()
     known, strided = cpu_hash.PROBES, torch.strided
+    starts: list[int] = []
+    sizes: list[int] = []
+    dtypes: list[torch.dtype] = []
     for i, t in enumerate(tensors):  # per tensor: a few attribute reads (thousands of tensors)
         if not t.is_cpu:
             devices.append(str(t.device))
             on_device.setdefault(devices[i], []).append(i)
             continue
         devices.append("cpu")
-        if kernel and t.dtype in known and t.layout == strided:
+        dtype = t.dtype
+        if kernel and dtype in known and t.layout == strided:
             on_host.append(i)
-            if not _in_place(t):  # a strided, conjugate or misaligned view: a fresh copy
-                flat = _flat(t)
-                tensors[i] = flat if _in_place(flat) else flat.clone()
+            start = t.data_ptr()
+            if start % 8 or not t.is_contiguous() or t.is_conj() or t.is_neg():
+                flat = _flat(t)  # a strided, conjugate or misaligned view: a fresh copy
+                t = tensors[i] = flat if _in_place(flat) else flat.clone()
+                start = t.data_ptr()
+            starts.append(start)
+            sizes.append(t.nbytes)
+            dtypes.append(dtype)
         else:
             on_device.setdefault("cpu", []).append(i)
-    if on_host:
-        checksums[on_host], suspects[on_host] = cpu_hash.hash_tensors([tensors[i] for i in on_host])
+    if on_host:  # the kernel reads `tensors`' memory, which they keep alive meanwhile
+        checksums[on_host], suspects[on_host] = cpu_hash.hash_memory(starts, sizes, dtypes)
     hashes, probes = Results(), Results()
     for device, indices in on_device.items():
         small = []
