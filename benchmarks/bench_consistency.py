@@ -6,7 +6,8 @@
    check_param_hashes_across_dp_replicas style) (goal >= 5x faster).
 3. Bytes each rank sends for 1,000 tensors (goal < 200 KB).
 
-Run: `.venv/bin/python benchmarks/bench_consistency.py [--params 100e6] [--repeats 5]`.
+Run: `.venv/bin/python benchmarks/bench_consistency.py [--params 100e6] [--repeats 5]`
+(`--sections 1`: the throughput benchmark alone).
 Timings alternate between the two sides of each comparison and report medians, so that load
 from other processes hits both alike. On a GPU (when one is present) benchmark 1 also runs on it.
 """
@@ -59,19 +60,27 @@ def nbytes(tensors: dict[str, torch.Tensor]) -> int:
 
 
 def alternate(
-    fns: dict[str, Callable[[], Any]], repeats: int, sync: Callable[[], None]
+    fns: dict[str, Callable[[], Any]],
+    repeats: int,
+    sync: Callable[[], None],
+    cpu: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """Median seconds of each function, run in turns."""
+    """Median seconds of each function, run in turns (and into `cpu`, when given, the median
+    CPU seconds of this process: on cores shared with other jobs, a steadier figure)."""
     for fn in fns.values():  # warm up (caches, constant tables, allocator)
         fn()
     sync()
     times: dict[str, list[float]] = {k: [] for k in fns}
+    cpu_times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             sync()
             times[name].append(time.perf_counter() - start)
+            cpu_times[name].append(time.process_time() - start_cpu)
+    if cpu is not None:
+        cpu.update({k: statistics.median(v) for k, v in cpu_times.items()})
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -97,6 +106,7 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
     for label, tensors in cases.items():
         items = list(tensors.items())
         values = list(tensors.values())
+        c: dict[str, float] = {}
         t = alternate(
             {
                 "sum": lambda values=values: [v.sum() for v in values],
@@ -106,6 +116,7 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
             },
             repeats,
             sync,
+            c,
         )
         gbs = nbytes(tensors) / 1e9
         print(
@@ -113,6 +124,12 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
             f"{t['sum'] / t['fingerprint']:5.2f}x {t['torch'] * 1e3:8.1f}ms "
             f"{t['sum'] / t['torch']:5.2f}x {t['full'] * 1e3:13.1f}ms "
             f"{t['sum'] / t['full']:5.2f}x   ({gbs / t['fingerprint']:.1f} GB/s)"
+        )
+        print(
+            f"    {'  by CPU time (process)':44} {c['sum'] * 1e3:7.1f}ms "
+            f"{c['fingerprint'] * 1e3:10.1f}ms {c['sum'] / c['fingerprint']:5.2f}x "
+            f"{c['torch'] * 1e3:8.1f}ms {c['sum'] / c['torch']:5.2f}x "
+            f"{c['full'] * 1e3:13.1f}ms {c['sum'] / c['full']:5.2f}x"
         )
         del tensors, items, values
 
@@ -287,13 +304,19 @@ def main() -> None:
         "--params", type=float, default=100e6, help="state dict size for [1] and [2]"
     )
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--sections", default="123", help="which benchmarks to run, e.g. 1 for throughput only"
+    )
     args = parser.parse_args()
     print(f"torch {torch.__version__}; {os.cpu_count()} CPU cores")
-    bench_throughput("cpu", args.repeats, args.params)
-    if torch.cuda.is_available():
-        bench_throughput("cuda", args.repeats, args.params)
-    bench_whole_check(args.params, max(3, args.repeats // 2))
-    bench_bytes()
+    if "1" in args.sections:
+        bench_throughput("cpu", args.repeats, args.params)
+        if torch.cuda.is_available():
+            bench_throughput("cuda", args.repeats, args.params)
+    if "2" in args.sections:
+        bench_whole_check(args.params, max(3, args.repeats // 2))
+    if "3" in args.sections:
+        bench_bytes()
 
 
 if __name__ == "__main__":

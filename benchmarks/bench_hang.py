@@ -5,17 +5,20 @@ TORCH_DISTRIBUTED_DEBUG=DETAIL, the stock way to check collectives. Also the rec
 cost per call, measured in one process without communication (a steadier figure).
 
 Run: .venv/bin/python benchmarks/bench_hang.py [--trials N] [--calls N]
+(or `--wrapper [--against REV]`: the wrapper alone, beside the recorder at a git revision).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from types import ModuleType
 
 MODES = ("plain", "rankscope", "busy2us", "detail")
 """busy2us: a control, a wrapper that only spins for 2 µs, to show what any 2 µs costs here."""
@@ -84,9 +87,16 @@ def one_trial(mode: str, calls: int) -> tuple[float, float]:
     return float(wall), float(cpu)
 
 
-def wrapper_cost(calls: int = 200_000) -> tuple[float, float, float]:
-    """µs per call of a do-nothing collective on a real 1-rank gloo group: bare, recorded, and
-    through the recorder with the level switched live to `off` (the call passes through)."""
+def wrapper_cost(
+    calls: int = 50_000, trials: int = 15, against: str | None = None
+) -> dict[str, tuple[float, float]]:
+    """µs per call of a do-nothing collective on a real 1-rank gloo group: bare, recorded (the
+    group passed, and the default group), and with the level switched live to `off`.
+
+    Interleaved trials, each timed by the thread's CPU clock (on cores shared with other
+    jobs, wall time counts the time this thread waited for a core); (median, min) per case.
+    `against`: a git revision whose recorder is timed in the same trials (`recorder at REV`).
+    """
     import torch
     import torch.distributed as dist
 
@@ -101,20 +111,45 @@ def wrapper_cost(calls: int = 200_000) -> tuple[float, float, float]:
         group = dist.group.WORLD
         wrapped = _wrap("all_reduce", all_reduce)
         x = torch.ones(1)
-        runs: list[list[float]] = [[], [], []]
-        for _ in range(5):  # interleaved: the machine's load drifts between them
-            for i, (fn, at) in enumerate(
-                ((all_reduce, "light"), (wrapped, "light"), (wrapped, "off"))
-            ):
+        cases = {
+            "bare": (all_reduce, "light", {"group": group}),
+            "recorded": (wrapped, "light", {"group": group}),
+            "recorded, default group": (wrapped, "light", {}),
+            "level off": (wrapped, "off", {"group": group}),
+        }
+        if against:
+            old = _recorder_at(against)._wrap("all_reduce", all_reduce)
+            cases[f"recorder at {against}"] = (old, "light", {"group": group})
+        runs: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(trials):  # interleaved: the machine's load drifts between them
+            for name, (fn, at, kwargs) in cases.items():
                 level.set_level(at)
-                start = time.perf_counter()
+                start = time.thread_time()
                 for _ in range(calls):
-                    fn(x, group=group)
-                runs[i].append((time.perf_counter() - start) / calls * 1e6)
+                    fn(x, **kwargs)
+                runs[name].append((time.thread_time() - start) / calls * 1e6)
         level.set_level("light")
         dist.destroy_process_group()
-    bare, recorded, off = (statistics.median(r) for r in runs)
-    return bare, recorded, off
+    return {name: (statistics.median(r), min(r)) for name, r in runs.items()}
+
+
+def _recorder_at(revision: str) -> ModuleType:
+    """hang/recorder.py as it was at `revision`, imported beside today's."""
+    source = subprocess.run(
+        ["git", "show", f"{revision}:src/rankscope/hang/recorder.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+    ).stdout
+    path = os.path.join(tempfile.mkdtemp(), "recorder_at_revision.py")
+    with open(path, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location("recorder_at_revision", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
@@ -145,15 +180,22 @@ def main() -> None:
             f"        overhead: recorder {ours:+.2f}, a 2 us spin {spin:+.2f}, "
             f"DETAIL {detail:+.2f} us/call{ratio}"
         )
-    bare, wrapped, off = wrapper_cost()
-    print(
-        f"recorder wrapper alone (no communication): {wrapped - bare:.2f} us/call "
-        f"({bare:.2f} -> {wrapped:.2f}); at level off {off - bare:.2f} us/call"
-    )
+    print_wrapper_cost()
+
+
+def print_wrapper_cost(against: str | None = None) -> None:
+    costs = wrapper_cost(against=against)
+    bare_median, bare_min = costs.pop("bare")
+    print("recorder wrapper alone (no communication), thread CPU us/call, median (min) of 15:")
+    print(f"  bare call {bare_median:.3f} ({bare_min:.3f})")
+    for name, (median, low) in costs.items():
+        print(f"  {name:<24} +{median - bare_median:.2f} (+{low - bare_min:.2f})  goal <= 1 us")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+    if sys.argv[1:2] == ["--wrapper"]:  # [--against REV]: also the recorder at that revision
+        print_wrapper_cost(sys.argv[3] if sys.argv[2:3] == ["--against"] else None)
+    elif len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
     else:
         main()

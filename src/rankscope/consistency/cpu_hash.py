@@ -127,18 +127,29 @@ def hash_tensors(tensors: Sequence[torch.Tensor]) -> tuple[np.ndarray, np.ndarra
     the kernel reads its memory in place. The work is cut into runs of whole chunks spread over
     as many threads as torch uses, since one core cannot read memory as fast as several.
     """
+    return hash_memory(
+        [t.data_ptr() for t in tensors], [t.nbytes for t in tensors], [t.dtype for t in tensors]
+    )
+
+
+def hash_memory(
+    starts: Sequence[int], nbytes: Sequence[int], dtypes: Sequence[torch.dtype]
+) -> tuple[np.ndarray, np.ndarray]:
+    """`hash_tensors` of tensors given by address, size and dtype (read once by the caller,
+    who keeps the tensors alive until this returns)."""
     kernels = _kernels()
     assert kernels is not None
-    probes = [PROBES[t.dtype] for t in tensors]
-    sizes = np.asarray([t.nbytes for t in tensors], dtype=np.int64)
-    addresses = np.asarray([t.data_ptr() for t in tensors], dtype=np.int64)
+    count = len(starts)
+    probes = [PROBES[d] for d in dtypes]
+    sizes = np.asarray(nbytes, dtype=np.int64)
+    addresses = np.asarray(starts, dtype=np.int64)
     chunk_bytes = 8 * CHUNK_WORDS
     chunks = -(-sizes // chunk_bytes)
     threads = max(1, min(torch.get_num_threads(), _MAX_THREADS))
     piece = max(1, -(-int(chunks.sum()) // (4 * threads)))
     # Work items: each tensor cut into runs of `piece` chunks (one item if it is small).
     pieces = np.maximum(1, -(-chunks // piece))
-    owners = np.repeat(np.arange(len(tensors)), pieces)
+    owners = np.repeat(np.arange(count), pieces)
     firsts = (np.arange(len(owners)) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * piece
     lasts = np.minimum(firsts + piece, chunks[owners])
     item = (addresses[owners], sizes[owners], firsts, lasts)
@@ -164,10 +175,13 @@ def hash_tensors(tensors: Sequence[torch.Tensor]) -> tuple[np.ndarray, np.ndarra
         wait(futures)
     for future in futures:
         future.result()
-    checksums = np.zeros(len(tensors), dtype=np.uint64)
-    found = np.zeros(len(tensors), dtype=np.uint64)
-    np.add.at(checksums, owners, out[:, 0])
-    np.bitwise_or.at(found, owners, out[:, 1])
+    if len(owners) == count:  # one item each (small tensors): no `ufunc.at`, slow
+        checksums, found = out[:, 0], out[:, 1]
+    else:
+        checksums = np.zeros(count, dtype=np.uint64)
+        found = np.zeros(count, dtype=np.uint64)
+        np.add.at(checksums, owners, out[:, 0])
+        np.bitwise_or.at(found, owners, out[:, 1])
     signs = np.asarray([p.signs for p in probes], dtype=np.uint64)
     return checksums, (found & signs) != 0
 

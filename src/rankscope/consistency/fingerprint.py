@@ -45,23 +45,38 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
     in batches (a handful of torch ops per batch rather than per tensor), large ones chunk by
     chunk. Example: `fingerprint_tensors([("w", model.weight)])[0].hash`.
     """
-    tensors = [_local(t) for _, t in items]
-    devices = ["cpu" if t.is_cpu else str(t.device) for t in tensors]
+    tensors = [t if type(t) in _PLAIN else _local(t) for _, t in items]
+    devices: list[str] = []
     checksums = np.zeros(len(items), dtype=np.uint64)
     suspects = np.zeros(len(items), dtype=bool)
     on_host: list[int] = []
     on_device: dict[str, list[int]] = {}
     kernel = cpu_hash.available()
-    for i, t in enumerate(tensors):
-        if kernel and _for_kernel(t, devices[i]):
-            on_host.append(i)
-            if not _in_place(t):  # a strided, conjugate or misaligned view: a fresh copy
-                flat = _flat(t)
-                tensors[i] = flat if _in_place(flat) else flat.clone()
-        else:
+    known, strided = cpu_hash.PROBES, torch.strided
+    starts: list[int] = []
+    sizes: list[int] = []
+    dtypes: list[torch.dtype] = []
+    for i, t in enumerate(tensors):  # per tensor: a few attribute reads (thousands of tensors)
+        if not t.is_cpu:
+            devices.append(str(t.device))
             on_device.setdefault(devices[i], []).append(i)
-    if on_host:
-        checksums[on_host], suspects[on_host] = cpu_hash.hash_tensors([tensors[i] for i in on_host])
+            continue
+        devices.append("cpu")
+        dtype = t.dtype
+        if kernel and dtype in known and t.layout == strided:
+            on_host.append(i)
+            start = t.data_ptr()
+            if start % 8 or not t.is_contiguous() or t.is_conj() or t.is_neg():
+                flat = _flat(t)  # a strided, conjugate or misaligned view: a fresh copy
+                t = tensors[i] = flat if _in_place(flat) else flat.clone()
+                start = t.data_ptr()
+            starts.append(start)
+            sizes.append(t.nbytes)
+            dtypes.append(dtype)
+        else:
+            on_device.setdefault("cpu", []).append(i)
+    if on_host:  # the kernel reads `tensors`' memory, which they keep alive meanwhile
+        checksums[on_host], suspects[on_host] = cpu_hash.hash_memory(starts, sizes, dtypes)
     hashes, probes = Results(), Results()
     for device, indices in on_device.items():
         small = []
@@ -194,15 +209,16 @@ def _summary(flat: torch.Tensor) -> torch.Tensor:
     )
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+"""Types that are their own local part (checked first: a failed `to_local` lookup costs µs)."""
+
+
 def _local(t: torch.Tensor) -> torch.Tensor:
     """This rank's part: a DTensor's local shard, any other tensor as it is."""
+    if type(t) in _PLAIN:
+        return t
     to_local = getattr(t, "to_local", None)
     return to_local() if callable(to_local) else t
-
-
-def _for_kernel(t: torch.Tensor, device: str) -> bool:
-    """Whether the CPU kernel hashes `t`: a dense CPU tensor of a dtype it knows."""
-    return device == "cpu" and t.layout == torch.strided and t.dtype in cpu_hash.PROBES
 
 
 def _in_place(t: torch.Tensor) -> bool:
@@ -213,12 +229,19 @@ def _in_place(t: torch.Tensor) -> bool:
 def _flat(t: torch.Tensor) -> torch.Tensor:
     """Detached, contiguous, 1-D, row-major: strides never change the hash, only values do.
 
-    Conjugate and negative views are resolved first, so the bytes hashed are the values.
+    Conjugate and negative views are resolved first, so the bytes hashed are the values. A
+    tensor that already is all that is returned as it is (no new views: small tensors come
+    by the thousand).
     """
-    t = _local(t).detach()
+    t = _local(t)
     if t.is_conj() or t.is_neg():
         t = t.resolve_conj().resolve_neg()
-    t = t if t.is_contiguous() else t.contiguous()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.requires_grad:
+        t = t.detach()
+    if t.dim() == 1 and (t.stride(0) == 1 or t.numel() == 0):
+        return t
     return t.as_strided((t.numel(),), (1,))  # not reshape: a one-element view keeps its stride
 
 

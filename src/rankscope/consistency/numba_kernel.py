@@ -49,27 +49,29 @@ def scan(addresses, sizes, firsts, lasts, columns, exponents, lowests, out):
     Tensor i is `sizes[i]` contiguous bytes at `addresses[i]` (8-byte aligned); its last
     `sizes[i] % 8` bytes count as one zero-padded little-endian word.
     """
+    acc = np.zeros(COLS, np.uint64)  # one scratch row for all: small tensors come by thousands
     for i in range(addresses.size):
         out[i, 0], out[i, 1] = _scan_one(
-            addresses[i], sizes[i], firsts[i], lasts[i], columns, exponents[i], lowests[i]
+            addresses[i], sizes[i], firsts[i], lasts[i], columns, exponents[i], lowests[i], acc
         )
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def _scan_one(address, size, first, last, columns, exponent, lowest):
+def _scan_one(address, size, first, last, columns, exponent, lowest, acc):
     # Loops written as the compiler vectorizes them best (measured): all in one function,
-    # counting chunks from 0 over a view that starts at chunk `first`.
+    # counting chunks from 0 over a view that starts at chunk `first`. Only the columns a
+    # chunk reaches are cleared and weighted (a small tensor reaches few).
     offset = first * CHUNK_WORDS
     full = max(0, min(size // 8, last * CHUNK_WORDS) - offset)
     words = numba.carray(_words_at(address + 8 * offset), (full,))
     tail = size % 8 if size // 8 < last * CHUNK_WORDS else 0
-    acc = np.zeros(COLS, np.uint64)
     checksum = np.uint64(0)
     probe = np.uint64(0)
     for k in range((full + (tail > 0) + CHUNK_WORDS - 1) // CHUNK_WORDS):
         start = k * CHUNK_WORDS
         end = min(start + CHUNK_WORDS, full)
-        acc[:] = 0
+        used = min(COLS, end - start + (tail > 0))
+        acc[:used] = 0
         j = start
         while j + 4 * COLS <= end:  # four rows a pass: a quarter of the updates of `acc`
             for c in range(COLS):
@@ -82,6 +84,13 @@ def _scan_one(address, size, first, last, columns, exponent, lowest):
                     ((d & exponent) + lowest) | ((e & exponent) + lowest)
                 )
             j += 4 * COLS
+        if j + 2 * COLS <= end:  # two rows (a small tensor has too few for four)
+            for c in range(COLS):
+                a = words[j + c]
+                b = words[j + COLS + c]
+                acc[c] += a + b
+                probe |= ((a & exponent) + lowest) | ((b & exponent) + lowest)
+            j += 2 * COLS
         while j < end:
             for c in range(min(COLS, end - j)):
                 v = words[j + c]
@@ -96,7 +105,7 @@ def _scan_one(address, size, first, last, columns, exponent, lowest):
             acc[full % COLS] += v
             probe |= (v & exponent) + lowest
         weighted = np.uint64(0)
-        for c in range(COLS):
+        for c in range(used):
             weighted += acc[c] * columns[c]
         checksum += weighted * ((np.uint64(first + k) * _MUL + _ADD) | _ONE)
     return checksum, probe

@@ -9,15 +9,19 @@ single word, swaps of words that are not a multiple of `COLS` apart, and the lik
 `COLS` is a prime so that rows of power-of-two widths do not line up with its columns.
 
 `cpu_hash` (numba) computes the same hash on the CPU; these torch ops compute it on any other
-device (and on the CPU without numba). Their chunks are about 1 MiB on the CPU, so that the
+device (and on the CPU without numba). Their chunks are about 4 MiB on the CPU, so that the
 float sum that probes for NaN/Inf reads the chunk from the cache; on a GPU they are larger to
-keep launches few. Every result stays on the device until one transfer per device at the end
-(`Results`).
+keep launches few. Column sums add 16 rows at a time, then those partial sums: torch reduces a
+short dimension at memory speed and a long strided one well below it. Every result stays on
+the device until one transfer per device at the end (`Results`).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +52,7 @@ CHUNK_WORDS = COLS * 128
 """Words of one base chunk (about 1 MiB), each weighted by `_chunk_weight` of its index."""
 CHUNK_MUL = 0x9E3779B97F4A7C15
 CHUNK_ADD = 0x632BE59BD9B4E019
-_CPU_CHUNK_BYTES = 8 * CHUNK_WORDS
+_CPU_CHUNK_BYTES = 4 * 8 * CHUNK_WORDS
 _CUDA_CHUNK_BYTES = 8 * COLS * 4096
 MASK = (1 << 64) - 1
 _SEED = 0x5EED_C0DE
@@ -67,6 +71,9 @@ INTEGERS = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torc
 #   sum_j x_j * w[j % COLS] * u[j // CHUNK_WORDS]   (mod 2**64), then `avalanche`.
 # With torch ops large tensors compute it chunk by chunk (column sums, then weights), small
 # ones in batches (one `index_add_` of their rows); CPU tensors go through `cpu_hash`.
+_PART_ROWS = 16
+_PARTS = CHUNK_WORDS // COLS // _PART_ROWS
+"""A base chunk's 128 rows, summed as 8 parts of 16 rows (see the module's docstring)."""
 SMALL_WORDS = 16 * COLS
 """Tensors up to this many words (128 KiB) are hashed in batches."""
 _BATCH_WORDS = {"cpu": 2 * CHUNK_WORDS, "cuda": 64 * CHUNK_WORDS}
@@ -101,24 +108,51 @@ def scan_tensor(flat: torch.Tensor) -> _Scan:
         w = words[i * step_words : (i + 1) * step_words]
         whole = w.numel() // CHUNK_WORDS
         if whole:  # base chunks: their column sums, weighted per base chunk below
-            base = w[: whole * CHUNK_WORDS].view(whole, CHUNK_WORDS // COLS, COLS)
-            colsums.append(base.sum(1))
-        w = w[whole * CHUNK_WORDS :]
-        rest = w[w.numel() // COLS * COLS :]
-        if i == n_chunks - 1 and tail.numel():
-            rest = torch.cat([rest, _tail_word(tail)])
-        if w.numel() or rest.numel():
-            colsum = w[: w.numel() // COLS * COLS].view(-1, COLS).sum(0)
-            if rest.numel():
-                colsum = colsum + torch.nn.functional.pad(rest, (0, COLS - rest.numel()))
+            base = w[: whole * CHUNK_WORDS].view(whole * _PARTS, _PART_ROWS, COLS).sum(1)
+            colsums.append(base.view(whole, _PARTS, COLS).sum(1))
+        left = w.numel() - whole * CHUNK_WORDS
+        last = i == n_chunks - 1 and tail.numel() > 0
+        if left or last:  # a partial base chunk: its whole rows, then the rest padded
+            rows = left // COLS
+            rest = w[whole * CHUNK_WORDS + rows * COLS :]
+            if last:
+                rest = torch.cat([rest, _tail_word(tail)])
+            colsum = torch.nn.functional.pad(rest, (0, COLS - rest.numel()))
+            if rows:
+                colsum = colsum + _row_sums(w[whole * CHUNK_WORDS :][: rows * COLS], rows)
             colsums.append(colsum.view(1, COLS))
         if values is not None and acc is not None:
             v = values[i * step_values : (i + 1) * step_values]
             sums.append(v.sum(dtype=acc) if v.dtype in FLOATS else v.to(acc).sum())
-    sums_by_chunk = torch.cat(colsums) if colsums else consts.columns[:0].view(0, COLS)
-    h = ((sums_by_chunk * consts.columns).sum(1) * consts.chunks(sums_by_chunk.shape[0])).sum()
-    probe = torch.stack(sums).to(torch.float64).sum() if sums else consts.zero
+    if not colsums:
+        return _Scan(consts.columns[:0].sum(), consts.zero)
+    sums_by_chunk = torch.cat(colsums) if len(colsums) > 1 else colsums[0]
+    weighted = _weighted(sums_by_chunk, consts.columns)
+    chunks = consts.chunks(sums_by_chunk.shape[0])
+    h = weighted @ chunks if weighted.is_cpu else (weighted * chunks).sum()
+    if len(sums) > 1:
+        probe = torch.stack(sums).to(torch.float64).sum()
+    else:
+        probe = sums[0].to(torch.float64) if sums else consts.zero
     return _Scan(h, probe)
+
+
+def _row_sums(words: torch.Tensor, rows: int) -> torch.Tensor:
+    """The column sums of `rows` rows of `COLS` words, 16 rows at a time (see the top)."""
+    parts = rows // _PART_ROWS
+    colsum = words[parts * _PART_ROWS * COLS :].view(-1, COLS).sum(0)
+    if parts:
+        by_part = words[: parts * _PART_ROWS * COLS].view(parts, _PART_ROWS, COLS).sum(1)
+        colsum = colsum + by_part.sum(0)
+    return colsum
+
+
+def _weighted(colsums: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """Each row's column sums weighted by `columns` (int64, wrapping): one matrix-vector
+    product on the CPU; CUDA has no integer ones."""
+    if colsums.is_cpu:
+        return colsums @ columns
+    return (colsums * columns).sum(1)
 
 
 def _probe_view(flat: torch.Tensor) -> tuple[torch.Tensor | None, torch.dtype | None]:
@@ -134,45 +168,101 @@ def hash_batch(
 ) -> None:
     """Hashes of many small tensors on one device with a few ops for the whole batch.
 
-    Each tensor's words are zero-padded to whole rows of `COLS`; one `index_add_` sums the
-    rows of each tensor into its column sums, which is exactly `scan_tensor`'s single chunk.
+    Tensors of one dtype and size (a model's layers repeat a few shapes) are concatenated
+    as they are, and each one's rows summed through one strided view; the others are
+    concatenated zero-padded to whole rows of `COLS` words, in order of their row counts, so
+    that each row count is one `(tensors, rows, COLS)` block. Either way each tensor's
+    column sums are exactly `scan_tensor`'s single chunk. The NaN/Inf probe is one float sum
+    per concatenation.
     """
-    device = flats[batch[0]].device
-    consts = _constants(device)
-    batch = sorted(batch, key=lambda i: str(flats[i].dtype))  # one region per dtype
-    row_bytes = 8 * COLS
-    pieces: list[torch.Tensor] = []
-    rows_per: list[int] = []
-    regions: dict[torch.dtype, tuple[int, int, list[int]]] = {}
-    total_rows = 0
+    consts = _constants(flats[batch[0]].device)
+    kinds: dict[tuple[torch.dtype, int], list[int]] = {}
     for i in batch:
         flat = flats[i]
-        raw = flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
-        pieces.append(raw)
-        pad = -raw.numel() % row_bytes
-        if pad:
-            pieces.append(consts.zero_row[:pad])
-        rows = (raw.numel() + pad) // row_bytes
-        rows_per.append(rows)
-        start, _, members = regions.get(flat.dtype, (total_rows, 0, []))
-        regions[flat.dtype] = (start, total_rows + rows, [*members, i])
-        total_rows += rows
-    buf = torch.cat(pieces).view(torch.int64).view(-1, COLS)
-    owner = torch.repeat_interleave(
-        torch.arange(len(batch), device=device),
-        torch.tensor(rows_per, dtype=torch.int64, device=device),
-        output_size=total_rows,
-    )
-    colsums = torch.zeros(len(batch), COLS, dtype=torch.int64, device=device)
-    colsums.index_add_(0, owner, buf)
-    hashes.add(batch, (colsums * consts.columns).sum(1) * consts.chunks(1))
-    for dtype, (start, end, members) in regions.items():
-        values, acc = stat_view(buf[start:end].reshape(-1).view(dtype))
-        if values is None or acc is None or acc == torch.int64:
-            continue
-        if values.dtype not in FLOATS:
-            values = values.to(acc)
-        probes.add(members, values.sum(dtype=acc).to(torch.float64).expand(len(members)))
+        kinds.setdefault((flat.dtype, flat.numel()), []).append(i)
+    padded: dict[torch.dtype, list[int]] = {}
+    for (dtype, numel), members in kinds.items():
+        if len(members) > 1 and numel * _element_size(dtype) % 8 == 0:
+            buf = _concatenated([flats[i] for i in members])
+            colsums = _alike_colsums(buf, len(members), numel * _element_size(dtype) // 8)
+            _add_batch(members, buf, colsums, consts, hashes, probes)
+        else:
+            padded.setdefault(dtype, []).extend(members)
+    for dtype, members in padded.items():
+        per_row = 8 * COLS // _element_size(dtype)
+        rows = {i: -(-flats[i].numel() // per_row) for i in members}
+        members.sort(key=rows.__getitem__)
+        pieces: list[torch.Tensor] = []
+        for i in members:
+            pieces.append(flats[i])
+            pad = rows[i] * per_row - flats[i].numel()
+            if pad:
+                pieces.append(consts.zeros(dtype, pad))
+        buf = _concatenated(pieces)
+        words = buf.view(torch.int64).view(-1, COLS)
+        blocks: list[torch.Tensor] = []
+        start = 0
+        for count, group in itertools.groupby(members, key=rows.__getitem__):
+            n = len(list(group))
+            blocks.append(words[start : start + n * count].view(n, count, COLS).sum(1))
+            start += n * count
+        _add_batch(members, buf, torch.cat(blocks), consts, hashes, probes)
+
+
+_scratch = threading.local()
+"""Per thread, the CPU buffer batches are concatenated into: a fresh one is page-faulted in
+on every batch (a 2 MB `torch.cat` costs ten times a copy into memory already mapped)."""
+
+
+def _concatenated(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """`torch.cat(pieces)` (1-D, one dtype); on the CPU into this thread's reused buffer, so
+    valid until its next call."""
+    if not pieces[0].is_cpu:
+        return torch.cat(pieces)
+    dtype = pieces[0].dtype
+    nbytes = sum(p.numel() for p in pieces) * _element_size(dtype)
+    buffer: torch.Tensor | None = getattr(_scratch, "buffer", None)
+    if buffer is None or buffer.numel() < nbytes:
+        buffer = _scratch.buffer = torch.empty(
+            max(nbytes, 8 * _BATCH_WORDS["cpu"]), dtype=torch.uint8
+        )
+    return torch.cat(pieces, out=buffer[:nbytes].view(dtype))
+
+
+def _alike_colsums(buf: torch.Tensor, count: int, words: int) -> torch.Tensor:
+    """Column sums of `count` tensors of `words` words each, back to back in `buf`."""
+    flat = buf.view(torch.int64)
+    rows, rest = divmod(words, COLS)
+    if rows:
+        colsums = flat.as_strided((count, rows, COLS), (words, COLS, 1)).sum(1)
+    else:
+        colsums = torch.zeros(count, COLS, dtype=torch.int64, device=buf.device)
+    if rest:
+        colsums[:, :rest] += flat.as_strided((count, rest), (words, 1), rows * COLS)
+    return colsums
+
+
+def _add_batch(
+    members: list[int],
+    buf: torch.Tensor,
+    colsums: torch.Tensor,
+    consts: _Constants,
+    hashes: Results,
+    probes: Results,
+) -> None:
+    """The hashes of `members` from their column sums, and the probe of their values."""
+    hashes.add(members, _weighted(colsums, consts.columns) * consts.chunks(1))
+    values, acc = stat_view(buf)
+    if values is None or acc is None or acc == torch.int64:
+        return
+    if values.dtype not in FLOATS:
+        values = values.to(acc)
+    probes.add(members, values.sum(dtype=acc).to(torch.float64).expand(len(members)))
+
+
+@functools.cache
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
 
 
 def small_batches(indices: list[int], flats: list[torch.Tensor], device: str) -> list[list[int]]:
@@ -236,10 +326,19 @@ class _Constants:
 
     def __init__(self, device: torch.device) -> None:
         self.columns = column_weights().to(device)
-        self.zero_row = torch.zeros(8 * COLS, dtype=torch.uint8, device=device)
+        self._zeros: dict[tuple[torch.dtype, int], torch.Tensor] = {}
         self.zero = torch.zeros((), dtype=torch.float64, device=device)
         self._chunk_table = torch.empty(0, dtype=torch.int64, device=device)
         self._device = device
+
+    def zeros(self, dtype: torch.dtype, n: int) -> torch.Tensor:
+        """`n` zeros of `dtype` (kept: a batch of alike tensors pads each alike)."""
+        found = self._zeros.get((dtype, n))
+        if found is None:
+            if len(self._zeros) >= 1024:
+                self._zeros.clear()
+            found = self._zeros[(dtype, n)] = torch.zeros(n, dtype=dtype, device=self._device)
+        return found
 
     def chunks(self, n: int) -> torch.Tensor:
         if self._chunk_table.numel() < n:

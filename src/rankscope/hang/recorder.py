@@ -29,17 +29,17 @@ from types import ModuleType
 from typing import Any
 
 from rankscope import level as _level
+from rankscope.hang.callsite import caller_at, default_group, tensor_metadata
 from rankscope.hang.model import (
     CallState,
     CollectiveRecord,
     RecorderSnapshot,
-    caller_text,
     dtype_names,
     error_text,
     new_record,
     plain_shapes,
 )
-from rankscope.runtime.api import send_last_words
+from rankscope.hang.wrappers import wrap
 
 COLLECTIVES = (
     "all_reduce",
@@ -74,163 +74,160 @@ def _cuda_event() -> Any:
     return event
 
 
-class _Entry:
-    """One slot of the ring, rewritten in place for every call (no garbage per call)."""
+class _Site:
+    """What every call of one op on one process group shares, resolved at its first call."""
 
-    __slots__ = (
-        "caller",
-        "device",
-        "dtypes",
-        "end",
-        "error",
-        "generation",
-        "group",
-        "op",
-        "p2p",
-        "pending",
-        "seq",
-        "shapes",
-        "start",
-        "state",
-    )
+    __slots__ = ("device", "group", "op", "own_key", "p2p", "sequence")
 
-    group: str
-    seq: int
-    op: str
-    p2p: bool
-    shapes: tuple[Any, ...]
-    dtypes: tuple[Any, ...]
-    caller: tuple[str, int]
-    start: float
-    end: float | None
-    state: CallState
-    error: str
-    device: bool
-    """The group's work completes on a device (NCCL), after the Python call returns."""
-    pending: Any
-    """The device event that completes this call, while it has not fired."""
+    def __init__(self, op: str, p2p: bool, name: str, device: bool, pg: Any) -> None:
+        self.op, self.p2p, self.group, self.device = op, p2p, name, device
+        """`device`: the group's work completes on a device (NCCL), after the call returns."""
+        self.own_key = f"{name}/p2p" if p2p else name
+        """Our own counter's key, when torch keeps no sequence number for the group."""
+        self.sequence: Callable[[], int] | None = None
+        if not p2p:  # torch's own counter: aligned across ranks even if we started late
+            self.sequence = getattr(pg, "_get_sequence_number_for_group", None)
 
-    def __init__(self) -> None:
-        self.generation = -1
-        """Which call (the recorder's running count) this slot holds now."""
 
-    def finish(self, state: CallState, generation: int) -> None:
-        if self.generation == generation:  # not yet reused by a later call
-            self.end = time.time()
-            self.state = state
+Call = tuple[int, _Site, int, Any, Any, Any, Any, float]
+"""One call as recorded: (generation, site, seq, shapes, dtypes, code, at, start).
 
-    def fail(self, exc: BaseException, generation: int) -> None:
-        """The call raised: keep the backend's reason, it names the peer that went away."""
-        if self.generation == generation:
-            self.end = time.time()
-            self.state = CallState.FAILED
-            self.error = error_text(exc)
-
-    def freeze(self) -> CollectiveRecord:
-        return new_record(  # a drain freezes thousands: see new_record
-            self.group, self.seq, self.op, plain_shapes(self.shapes), dtype_names(self.dtypes),
-            self.start, self.end, self.state, caller_text(self.caller), self.p2p, self.error,
-        )  # fmt: skip
+`generation` is the recorder's running count; `shapes` and `dtypes` are one tensor's
+`torch.Size` and dtype, or tuples of them; `code` and `at` are the caller's code object and
+bytecode offset (`f_lasti`), or None and a (file, line) pair. Their text (`float32`,
+`train.py:88`) waits for a snapshot: the caller's line alone is a scan of its code's line
+table, which `frame.f_lineno` would pay on every collective.
+"""
+Done = tuple[Call, float, CallState, str]
+"""How a call ended: (the call, end, state, the backend's reason when it failed)."""
 
 
 class CollectiveRecorder:
     """The ring buffer and the per-group bookkeeping; one per process.
 
-    The ring's slots are allocated once and rewritten in place: recording creates no
-    long-lived objects, so it never makes the garbage collector walk a large heap.
+    A call is one tuple stored into a preallocated list (`_calls`), and its end one tuple
+    into another (`_done`), each by a single store: a snapshot on another thread sees a
+    whole call or the one before it, never a mix of two.
     """
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
-        self._ring = [_Entry() for _ in range(capacity)]
+        self._calls: list[Call | None] = [None] * capacity
+        self._done: list[Done | None] = [None] * capacity
         self.total = 0
         """Calls recorded since the start (the ring keeps the last `capacity`)."""
         self._groups: dict[int, tuple[str, tuple[int, ...], Any, bool]] = {}
+        self._sites: dict[tuple[str, Any], _Site] = {}
         self._own_seq: dict[str, int] = collections.defaultdict(int)
-        self._pending: collections.deque[tuple[_Entry, int]] = collections.deque()
+        self._pending: collections.deque[tuple[Call, Any]] = collections.deque()
         self.device_backends: tuple[str, ...] = DEVICE_BACKENDS
         """Backends whose work completes on a device after the call returns."""
         self.make_event: Callable[[], Any] = _cuda_event
         """An event recorded on the current stream now; `.query()` is True once it fired."""
 
-    def returned(self, entry: _Entry, generation: int) -> None:
-        """The Python call returned: done, or for device backends, done when its event fires."""
-        if entry.generation != generation:
-            return
-        if entry.device:
+    def site(self, op: str, p2p: bool, group: Any) -> _Site:
+        """The shared part of `op`'s calls on `group` (None: the default group, as it is now)."""
+        if group is None:
+            group = default_group()
+        key = (op, group)
+        site = self._sites.get(key)
+        if site is None:
+            known = self._groups.get(id(group))
+            if known is None:
+                known = self._groups[id(group)] = self._describe(group)
+            name, _, pg, device = known
+            site = self._sites[key] = _Site(op, p2p, name, device, pg)
+        return site
+
+    def sequence(self, site: _Site) -> int:
+        """The call's sequence number in its group (torch's counter, else ours)."""
+        if site.sequence is not None:
             try:
-                entry.pending = self.make_event()
-                self._pending.append((entry, generation))
+                return site.sequence() + 1
+            except Exception:
+                pass
+        self._own_seq[site.own_key] += 1
+        return self._own_seq[site.own_key]
+
+    def begin(
+        self, op: str, p2p: bool, group: Any, tensors: Sequence[Any], caller: tuple[str, int]
+    ) -> tuple[_Handle, int]:
+        """Record a call as started; returns its handle and generation (the wrappers inline
+        this, keeping the caller's frame position rather than its line)."""
+        site = self.site(op, p2p, group)
+        shapes, dtypes = tensor_metadata(tensors)
+        generation = self.total
+        self.total = generation + 1
+        call = (generation, site, self.sequence(site), shapes, dtypes, None, caller, time.time())
+        self._calls[generation % self.capacity] = call
+        return _Handle(self, call), generation
+
+    def returned(self, entry: _Handle, generation: int) -> None:
+        """The Python call `begin` recorded returned (see `returned_call`)."""
+        self.returned_call(entry.call)
+
+    def returned_call(self, call: Call) -> None:
+        """The Python call returned: done, or for device backends, done when its event fires."""
+        if call[1].device and self._calls[call[0] % self.capacity] is call:
+            try:
+                self._pending.append((call, self.make_event()))
                 return
             except Exception:  # no usable device event: the host's view is all we have
-                entry.pending = None
-        entry.end = time.time()
-        entry.state = CallState.COMPLETED
+                pass
+        self.complete(call)
+
+    def complete(
+        self, call: Call, state: CallState = CallState.COMPLETED, exc: BaseException | None = None
+    ) -> None:
+        """`call` ended (raising `exc`), unless a later call reused its slot meanwhile."""
+        slot = call[0] % self.capacity
+        if self._calls[slot] is call:
+            self._done[slot] = (call, time.time(), state, "" if exc is None else error_text(exc))
+
+    def result_of(self, call: Call, result: Any) -> Any:
+        """What the wrapper returns for a call that returned `result` (async work: a stand-in
+        that records completion when waited on)."""
+        if _is_work(result):
+            return _RecordedWork(result, self, call)
+        if isinstance(result, list) and result and _is_work(result[0]):
+            return [_RecordedWork(w, self, call) for w in result]
+        self.returned_call(call)
+        return result
 
     def poll(self) -> None:
         """Complete the device calls whose events fired; never waits on the device."""
         for _ in range(len(self._pending)):
-            entry, generation = self._pending.popleft()
-            if entry.generation != generation or entry.state is not CallState.STARTED:
+            call, event = self._pending.popleft()
+            slot = call[0] % self.capacity
+            done = self._done[slot]
+            if self._calls[slot] is not call or (done is not None and done[0] is call):
                 continue  # reused for a later call, or failed meanwhile
             try:
-                fired = bool(entry.pending.query())
+                fired = bool(event.query())
             except Exception:
                 fired = False
             if fired:
-                entry.end, entry.state, entry.pending = time.time(), CallState.COMPLETED, None
+                self.complete(call)
             else:
-                self._pending.append((entry, generation))
+                self._pending.append((call, event))
 
-    def begin(
-        self, op: str, p2p: bool, group: Any, tensors: Sequence[Any], caller: tuple[str, int]
-    ) -> tuple[_Entry, int]:
-        """Record a call as started; returns its slot and generation for `finish`."""
-        known = self._groups.get(id(group))
-        if known is None:
-            known = self._groups[id(group)] = self._describe(group)
-        name, _, pg, device = known
-        if p2p:
-            seq = self._own_counter(f"{name}/p2p")
-        else:
-            try:  # torch's own counter: aligned across ranks even if we started late
-                seq = pg._get_sequence_number_for_group() + 1
-            except Exception:
-                seq = self._own_counter(name)
-        if len(tensors) == 1:  # the common case, without building generators
-            shapes, dtypes = (tensors[0].shape,), (tensors[0].dtype,)
-        else:
-            shapes = tuple([t.shape for t in tensors])
-            dtypes = tuple([t.dtype for t in tensors])
-        generation = self.total
-        entry = self._ring[generation % self.capacity]
-        entry.generation = -1  # torn while rewritten: snapshots skip it
-        entry.group, entry.seq, entry.op, entry.p2p = name, seq, op, p2p
-        entry.shapes, entry.dtypes, entry.caller = shapes, dtypes, caller
-        entry.start, entry.end, entry.state = time.time(), None, CallState.STARTED
-        entry.error, entry.device, entry.pending = "", device, None
-        entry.generation = generation
-        self.total = generation + 1
-        return entry, generation
-
-    def _ordered(self, last: int | None = None) -> list[_Entry]:
-        """Filled slots, oldest first (the last `last` of them when given)."""
-        count = min(self.total, self.capacity)
+    def _ordered(self, last: int | None = None) -> list[tuple[Call, Done | None]]:
+        """Recorded calls with how they ended, oldest first (the last `last` when given)."""
+        total, capacity = self.total, self.capacity
+        count = min(total, capacity)
         if last is not None:
             count = min(count, last)
-        first = self.total - count
-        slots = [self._ring[i % self.capacity] for i in range(first, self.total)]
-        return [e for e in slots if e.generation >= first]
+        first = total - count
+        pairs = [(self._calls[i % capacity], self._done[i % capacity]) for i in range(first, total)]
+        return [(c, d) for c, d in pairs if c is not None and c[0] >= first]
 
     def snapshot(self, last: int | None = None) -> RecorderSnapshot:
         """The ring buffer (only its `last` calls when given), frozen for sending."""
         self.poll()
-        entries = self._ordered(last)
-        dropped = max(0, self.total - self.capacity)
         return RecorderSnapshot(
-            records=tuple(e.freeze() for e in entries),
+            records=tuple(_freeze(call, done) for call, done in self._ordered(last)),
             groups={name: ranks for name, ranks, _, _ in self._groups.values()},
-            dropped=dropped,
+            dropped=max(0, self.total - self.capacity),
             recording=_installed is not None,
             paused=not _level.RECORDING,
         )
@@ -238,9 +235,9 @@ class CollectiveRecorder:
     def in_flight(self, older_than: float) -> CollectiveRecord | None:
         """The oldest call still running that started before `older_than` (for the watchdog)."""
         self.poll()
-        for entry in self._ordered(last=16):
-            if entry.state is CallState.STARTED and entry.start < older_than:
-                return entry.freeze()
+        for call, done in self._ordered(last=16):
+            if (done is None or done[0] is not call) and call[7] < older_than:
+                return _freeze(call, None)
         return None
 
     def _describe(self, group: Any) -> tuple[str, tuple[int, ...], Any, bool]:
@@ -258,30 +255,57 @@ class CollectiveRecorder:
         device = any(b in backend for b in self.device_backends)
         return str(getattr(pg, "group_name", "") or id(pg)), ranks, pg, device
 
-    def _own_counter(self, key: str) -> int:
-        self._own_seq[key] += 1
-        return self._own_seq[key]
+
+def _freeze(call: Call, done: Done | None) -> CollectiveRecord:
+    """The record of `call` (a drain freezes thousands: see `new_record`)."""
+    _, site, seq, shapes, dtypes, code, at, start = call
+    if done is not None and done[0] is call:
+        _, end, state, error = done
+    else:
+        end, state, error = None, CallState.STARTED, ""
+    if type(dtypes) is not tuple:  # one tensor, kept raw
+        shapes, dtypes = (shapes,), (dtypes,)
+    return new_record(
+        site.group, seq, site.op, plain_shapes(shapes), dtype_names(dtypes), start, end, state,
+        caller_at(code, at), site.p2p, error,
+    )  # fmt: skip
+
+
+class _Handle:
+    """One recorded call, as `begin` returns it: completes it unless its slot was reused."""
+
+    __slots__ = ("call", "recorder")
+
+    def __init__(self, recorder: CollectiveRecorder, call: Call) -> None:
+        self.recorder, self.call = recorder, call
+
+    def finish(self, state: CallState, generation: int) -> None:
+        self.recorder.complete(self.call, state)
+
+    def fail(self, exc: BaseException, generation: int) -> None:
+        """The call raised: keep the backend's reason, it names the peer that went away."""
+        self.recorder.complete(self.call, CallState.FAILED, exc)
 
 
 class _RecordedWork:
     """Stands in for an async op's Work: completion is recorded when wait() returns."""
 
-    def __init__(self, work: Any, entry: _Entry, generation: int) -> None:
-        self._work, self._entry, self._generation = work, entry, generation
+    def __init__(self, work: Any, recorder: CollectiveRecorder, call: Call) -> None:
+        self._work, self._recorder, self._call = work, recorder, call
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         try:
             result = self._work.wait(*args, **kwargs)
         except BaseException as exc:
-            self._entry.fail(exc, self._generation)
+            self._recorder.complete(self._call, CallState.FAILED, exc)
             raise
-        _recorder.returned(self._entry, self._generation)
+        self._recorder.returned_call(self._call)
         return result
 
     def is_completed(self) -> bool:
         done = bool(self._work.is_completed())
         if done:
-            self._entry.finish(CallState.COMPLETED, self._generation)
+            self._recorder.complete(self._call)
         return done
 
     def __getattr__(self, name: str) -> Any:
@@ -353,68 +377,8 @@ def _patch(dist: ModuleType) -> None:
 
 
 def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    import inspect
-
-    import torch
-    from torch.distributed.distributed_c10d import GroupMember
-
-    tensor_type = torch.Tensor
-    now = time.time
-    completed = CallState.COMPLETED
-    params = list(inspect.signature(fn).parameters)
-    group_at = params.index("group") if "group" in params else None
-    batch = op == "batch_isend_irecv"
-    p2p = op in POINT_TO_POINT
-
-    def recorded(*args: Any, **kwargs: Any) -> Any:
-        if not _level.RECORDING:  # switched live to `off`: the call alone (one attribute read)
-            return fn(*args, **kwargs)
-        try:
-            if batch:
-                group = getattr(args[0][0], "group", None) if args and args[0] else None
-                tensors = [p.tensor for p in args[0]] if args else []
-            else:
-                group = kwargs.get("group")
-                if group is None and group_at is not None and len(args) > group_at:
-                    group = args[group_at]
-                if group is None:  # the default group, as it is now (it may be re-created)
-                    group = GroupMember.WORLD
-                tensors = [
-                    a if isinstance(a, tensor_type) else a[0]
-                    for a in args
-                    if isinstance(a, tensor_type)
-                    or (isinstance(a, list) and a and isinstance(a[0], tensor_type))
-                ]
-            frame = sys._getframe(1)
-            entry, generation = _recorder.begin(
-                op, p2p, group, tensors, (frame.f_code.co_filename, frame.f_lineno)
-            )
-        except Exception:  # recording must never change the call
-            return fn(*args, **kwargs)
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
-            entry.fail(exc, generation)
-            send_last_words()  # before a client that tears the group down kills us too
-            raise
-        if result is None:  # a synchronous call returned: done (inlined, the hot path)
-            if entry.device:
-                _recorder.returned(entry, generation)
-            elif entry.generation == generation:
-                entry.end = now()
-                entry.state = completed
-            return None
-        if not _is_work(result):
-            if isinstance(result, list) and result and _is_work(result[0]):
-                return [_RecordedWork(w, entry, generation) for w in result]
-            _recorder.returned(entry, generation)
-            return result
-        return _RecordedWork(result, entry, generation)
-
-    recorded.__wrapped__ = fn  # type: ignore[attr-defined]
-    recorded.__name__ = fn.__name__
-    recorded.__doc__ = fn.__doc__
-    return recorded
+    """`fn`, recording each call into this process's ring (see `hang.wrappers`)."""
+    return wrap(op, fn, _recorder, op in POINT_TO_POINT)
 
 
 def _is_work(value: Any) -> bool:
