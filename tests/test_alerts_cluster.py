@@ -74,3 +74,51 @@ def test_a_job_wide_error_burst_names_its_ranks_and_rank_1_judges_once_rank_0_is
         finally:
             for r in ranks:
                 ray.kill(r)
+
+
+def test_a_rank_killed_in_a_group_torn_down_after_it_is_raised_by_the_hub(cluster, hub):
+    """SIGKILL one rank, then its driver ends and Ray kills the others within a second, as a
+    controller does: no rank lives to judge, and the hub raises the first death alone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from rankscope.runtime.client import HubClient
+
+    job_script = os.path.join(os.path.dirname(__file__), "gloo_job.py")
+    driver = subprocess.Popen(
+        [sys.executable, job_script, cluster_address()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert driver.stdout is not None and driver.stdin is not None
+    job = driver.stdout.readline().strip()
+    client = HubClient.attach(cluster_address())
+    ranks = wait_until(
+        lambda: (
+            {p.context.rank: p for p in client.probes(job) if p.context.rank is not None}
+            if len({p.context.rank for p in client.probes(job)} - {None}) == 4
+            else None
+        ),
+        what="the job's four ranks",
+    )
+    os.kill(ranks[1].context.pid, signal.SIGKILL)
+    time.sleep(0.5)
+    driver.stdin.close()  # the driver ends: Ray kills the ranks it owns
+    driver.wait(timeout=60)
+
+    def deaths() -> list[dict]:
+        return [e["payload"] for e in client.events(job, ["alert"], 50)
+                if e["payload"].get("rule") == "death"]  # fmt: skip
+
+    wait_until(lambda: len(client.probes(job)) and all(
+        p.state == ProbeState.DEAD for p in client.probes(job) if p.context.rank is not None
+    ), timeout=60, what="every rank dead")  # fmt: skip
+    [death] = wait_until(deaths, timeout=20, what="the hub's death alert")
+    assert death["rank"] == 1 and death["severity"] == "critical"
+    assert death["message"].startswith(f"rank 1 died (pid {ranks[1].context.pid} on ")
+    time.sleep(1.0)
+    assert len(deaths()) == 1  # the ranks the teardown killed followed it: no alert each

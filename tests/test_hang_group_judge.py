@@ -80,17 +80,6 @@ def test_a_desync_is_raised_with_the_odd_rank():
     assert alerts[0].rank == 3
 
 
-def test_the_first_death_is_raised_and_names_the_others():
-    probes = _stalled_job(waited=1.0)
-    probes[1] = _probe(1, [_rec(3)], "", ProbeState.DEAD, seen=NOW - 8)
-    probes[2] = _probe(2, [_rec(3)], "", ProbeState.DEAD, seen=NOW - 6)
-    assert needs_a_look(probes, GROUP, NOW, 10.0)
-    alerts = group_alerts("job", GROUP, probes, {"0": (0, 1, 2, 3)}, NOW, 10.0)
-    [death] = [a for a in alerts if a.rule == "death"]
-    assert death.rank == 1 and death.message.startswith("rank 1 died (pid 101 on 10.0.0.1)")
-    assert "then rank 2" in death.message
-
-
 def test_a_rank_that_moves_between_looks_is_slow_and_not_raised_until_the_limit():
     from rankscope.hang.group_judge import stuck_only
 

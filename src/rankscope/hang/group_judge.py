@@ -1,4 +1,5 @@
-"""Hangs, desyncs and deaths raised as alerts within seconds, with no command run.
+"""Hangs and desyncs raised as alerts within seconds, with no command run (deaths: the hub
+raises them, `alerts.deaths`, as it outlives a group torn down at its first death).
 
 The judge runs on the watchdog's thread of ranks 0-3 of each group; the lowest live one judges
 (as the monitor's group judge: `alerts.judge.judges_group`). Every `JUDGE_EVERY_S` it reads the
@@ -27,7 +28,6 @@ from rankscope.alerts.rules import publish
 from rankscope.context import get_context
 from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang, what_moved
 from rankscope.hang.model import RecorderSnapshot
-from rankscope.ranks import format_ranks
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
 __all__ = ["GroupJudge", "group_alerts", "motions_of", "stuck_only", "wait_threshold"]
@@ -84,7 +84,7 @@ def group_alerts(
     threshold: float,
 ) -> list[Alert]:
     """The alerts of one group from its heartbeat summaries (pure): hangs and desyncs as
-    `analyze_hang` finds them over the ranks' last collectives, and the first death."""
+    `analyze_hang` finds them over the ranks' last collectives."""
     mine = [p for p in probes if (p.context.group or "") == group and p.context.rank is not None]
     evidence = []
     for p in mine:
@@ -114,29 +114,6 @@ def group_alerts(
                 message=f.message[:240],
                 time=now,
                 rank=f.ranks[0] if len(f.ranks) == 1 else None,
-                group=group or None,
-                job_id=job_id,
-            )
-        )
-    dead = sorted((p for p in mine if p.state == ProbeState.DEAD), key=lambda p: p.last_seen)
-    if dead:
-        first = dead[0]
-        rest = [int(p.context.rank) for p in dead[1:] if p.context.rank is not None]
-        then = (
-            f"; then {'rank' if len(rest) == 1 else 'ranks'} {format_ranks(rest)}" if rest else ""
-        )
-        out.append(
-            Alert(
-                rule="death",
-                severity="critical",
-                message=(
-                    f"rank {first.context.rank} died (pid {first.context.pid} on "
-                    f"{first.context.node_ip or first.context.hostname}): its probe went silent "
-                    f"{now - first.last_seen:.0f} s ago and its process is gone{then}; "
-                    "`rankscope status` says why"
-                )[:240],
-                time=now,
-                rank=first.context.rank,
                 group=group or None,
                 job_id=job_id,
             )

@@ -28,6 +28,7 @@ from rankscope._version import __version__
 from rankscope.config import HUB_NAME, Config, hub_namespace
 from rankscope.runtime.capacity import HeartbeatCost, dead_after_for, heartbeat_interval
 from rankscope.runtime.coordination import Claims, Exchanges
+from rankscope.runtime.hub_hooks import on_death
 from rankscope.runtime.hub_relays import HubRelays
 from rankscope.runtime.liveness import NODE_SWEEP_S, dead_nodes, process_still_exists
 from rankscope.runtime.mailbox import PendingReplies
@@ -44,6 +45,7 @@ from rankscope.runtime.protocol import (
     PollRequest,
     ProbeInfo,
     ProbeRows,
+    ProbeState,
     ProbeStatus,
     Progress,
 )
@@ -328,6 +330,15 @@ class Hub:
                 ctx = record.info.context
                 log.warning("rankscope hub: %s (pid %s) is dead: %s", ctx.label, ctx.pid,
                             record.reason)  # fmt: skip
+                self._died(record)
+
+    def _died(self, record: ProbeRecord) -> None:
+        """The features' word on a death (`hub_hooks`: the death alert), into the run
+        directory; once per probe, when it is marked dead."""
+        job_id = record.info.context.job_id
+        job = [r.status([]) for r in self._registry.records(job_id)]
+        for kind, payload in on_death(record.status([]), job):
+            self._events.offer(job_id, record.info.probe_id, Event(kind, time.time(), payload))
 
     async def _classify_silent(self, record: ProbeRecord) -> None:
         try:
@@ -337,7 +348,10 @@ class Hub:
             self._checks = {c for c in self._checks if not c.done()}
         config = self._config
         dead_after = dead_after_for(record.interval, config.heartbeat_interval, config.dead_after)
+        was = record.state
         record.settle(exists, time.time(), dead_after)
+        if record.state == ProbeState.DEAD and was != ProbeState.DEAD:
+            self._died(record)
 
 
 HubActor = ray.remote(Hub)

@@ -1,0 +1,81 @@
+"""A death raised as an alert by the hub, the one process that outlives the job's ranks.
+
+A SIGKILL, an OOM kill or a lost node ends a rank with no word of its own, and its job's driver
+or controller usually tears the other ranks down within a second, before any rank can judge.
+The hub marks the rank dead (its process proven gone, or its node declared dead by Ray) and
+calls `death_alert` (`runtime.hub_hooks`): the first death of a group becomes one `death`
+alert naming the rank, its pid, node and why; the ranks that follow it within FOLLOWERS_S are
+its consequences and raise none. Ray's pool workers (no rank, no actor) raise nothing. The
+webhook is the one the hub was started with (RANKSCOPE_ALERT_WEBHOOK in the environment of
+the job that started it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from rankscope.alerts.model import Alert, AlertSettings
+from rankscope.alerts.webhook import WebhookSender
+from rankscope.runtime.hub_hooks import register_death_hook
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
+
+__all__ = ["FOLLOWERS_S", "death_alert", "first_death_alert"]
+
+FOLLOWERS_S = 60.0
+"""A rank of the group that died this soon after another one followed it (a torn-down group)."""
+SAME_MOMENT_S = 0.5
+"""Ranks last heard within this of each other died together: each is told (a node lost)."""
+_webhook = WebhookSender()
+
+
+def first_death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus], now: float) -> Alert | None:
+    """The alert for `dead`, when it is the first of its group to die (pure)."""
+    ctx = dead.context
+    if ctx.rank is None and not ctx.actor_class:
+        return None  # one of Ray's pool workers: no part of the job
+    earlier = [  # silent longer than it, and not alive: it went first (marked yet or not)
+        p
+        for p in job
+        if p.info.probe_id != dead.info.probe_id
+        and p.state != ProbeState.ALIVE
+        and (p.context.group or "") == (ctx.group or "")
+        and (p.context.rank is not None or p.context.actor_class)
+        and dead.last_seen - FOLLOWERS_S <= p.last_seen < dead.last_seen - SAME_MOMENT_S
+    ]
+    if earlier:
+        return None  # it followed another death: that one was raised
+    who = f"rank {ctx.rank}" if ctx.rank is not None else f"actor {ctx.actor_class}"
+    why = dead.reason or "its process is gone"
+    return Alert(
+        rule="death",
+        severity="critical",
+        message=(
+            f"{who} died (pid {ctx.pid} on {ctx.node_ip or ctx.hostname}): {why}; "
+            "`rankscope report` says what followed"
+        )[:240],
+        time=now,
+        rank=ctx.rank,
+        pid=ctx.pid,
+        group=ctx.group,
+        job_id=ctx.job_id or "",
+    )
+
+
+@register_death_hook
+def death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus]) -> list[tuple[str, dict[str, Any]]]:
+    """In the hub: the `alert` event for a first death, and its POST to the webhook."""
+    import time
+
+    alert = first_death_alert(dead, job, time.time())
+    if alert is None:
+        return []
+    payload = dataclasses.asdict(alert)
+    try:
+        url = AlertSettings.from_env().webhook
+    except Exception:  # a bad setting: the alerts feature reports it where it is set
+        url = ""
+    if url:
+        _webhook.send(url, payload)
+    return [("alert", payload)]
