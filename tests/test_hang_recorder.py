@@ -73,3 +73,28 @@ def test_an_unusual_signature_gets_the_generic_wrapper_with_the_same_records(tmp
     assert len(calls) == 2 and calls[1][1] == 7  # the function saw its own arguments
     assert [r.tensors for r in records] == ["float32[5]", "float32[6]"]
     assert all(r.caller.startswith(f"{__file__}:") for r in records)
+
+
+def test_a_collective_that_raises_tells_the_failure_listeners_and_goes_on_raising(tmp_path):
+    from rankscope.hang.recorder import failure_listeners
+
+    told: list[int] = []
+
+    def failing(tensor: torch.Tensor, group: object = None) -> None:
+        raise RuntimeError("Connection closed by peer")
+
+    failure_listeners.append(lambda: told.append(1))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
+    try:
+        recorder = collective_recorder()
+        first = recorder.total
+        try:
+            wrap("all_reduce", failing, recorder, False)(torch.ones(3))
+        except RuntimeError as exc:
+            raised = str(exc)
+        [record] = recorder.snapshot(last=recorder.total - first).records
+    finally:
+        dist.destroy_process_group()
+        failure_listeners.pop()
+    assert raised == "Connection closed by peer" and told == [1]
+    assert record.state is CallState.FAILED

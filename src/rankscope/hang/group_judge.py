@@ -8,7 +8,9 @@ only when a rank of its group has waited (nearly) past `wait_threshold` or died 
 the group's `collectives`, `where` and `motion` heartbeat summaries and run `analyze_hang`, the
 analysis `rankscope hang` runs. A rank its group waits for that moved between two looks (its
 step, its call chain, its disk I/O: a checkpoint being written) is slow, not stuck: no alert
-until the group has waited `SLOW_LIMIT_S`. Alerts go through the alerts feature (events,
+until the group has waited `SLOW_LIMIT_S`. A collective of the judge's own that raised (a
+peer died, a shape differed) makes it look at once, within the watchdog's second, before a
+client that tears the group down ends it. Alerts go through the alerts feature (events,
 `rankscope alerts`, `status`, the webhook), each once until it stops holding. Never raises;
 never touches the training thread.
 """
@@ -16,6 +18,7 @@ never touches the training thread.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from rankscope.alerts.rules import publish
 from rankscope.context import get_context
 from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang, what_moved
 from rankscope.hang.model import RecorderSnapshot
+from rankscope.hang.recorder import failure_listeners
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
 __all__ = ["GroupJudge", "group_alerts", "motions_of", "stuck_only", "wait_threshold"]
@@ -53,6 +57,11 @@ RULES = {
     FindingKind.FAILED: ("collective_failed", "error"),
 }
 SUMMARIES = ["collectives", "where", "monitor", "motion"]
+
+
+_failed = threading.Event()
+"""Set by the recorder when a collective of this process raised (`failure_listeners`)."""
+failure_listeners.append(_failed.set)
 
 
 def wait_threshold(step_s: Sequence[float]) -> float:
@@ -138,7 +147,11 @@ class GroupJudge:
 
     def _tick(self, now: float) -> None:
         ctx = get_context()
-        if ctx.rank is None or ctx.rank >= FALLBACK_RANKS or now - self.at < self.every:
+        urgent = _failed.is_set()  # a collective of this process raised: look now
+        _failed.clear()
+        if ctx.rank is None or ctx.rank >= FALLBACK_RANKS:
+            return
+        if now - self.at < self.every and not urgent:
             return
         self.at = now
         group = ctx.group or ""
@@ -149,7 +162,8 @@ class GroupJudge:
         self.every = JUDGE_EVERY_LARGE_S if len(mine) > LARGE_GROUP else JUDGE_EVERY_S
         threshold = wait_threshold(_step_times(mine))
         alerts: list[Alert] = []
-        if needs_a_look(mine, group, now, threshold - self.every):  # a turn early: see it move
+        early = threshold - self.every  # a turn early: see it move
+        if urgent or needs_a_look(mine, group, now, early):
             full = self.hub.list_probes(ctx.job_id, SUMMARIES)
             if full is None:
                 return

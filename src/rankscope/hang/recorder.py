@@ -102,6 +102,11 @@ Done = tuple[Call, float, CallState, str]
 """How a call ended: (the call, end, state, the backend's reason when it failed)."""
 
 
+failure_listeners: list[Callable[[], None]] = []
+"""Called (cheaply: set a flag) when a recorded collective raises: the group judge looks at
+once, before a client that tears the group down kills the ranks that could."""
+
+
 class CollectiveRecorder:
     """The ring buffer and the per-group bookkeeping; one per process.
 
@@ -183,6 +188,10 @@ class CollectiveRecorder:
         slot = call[0] % self.capacity
         if self._calls[slot] is call:
             self._done[slot] = (call, time.time(), state, "" if exc is None else error_text(exc))
+        if state is CallState.FAILED:
+            for listener in failure_listeners:
+                with contextlib.suppress(Exception):  # a listener never changes the call
+                    listener()
 
     def result_of(self, call: Call, result: Any) -> Any:
         """What the wrapper returns for a call that returned `result` (async work: a stand-in
