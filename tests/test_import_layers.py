@@ -149,7 +149,7 @@ def test_no_import_cycle_of_any_kind():
 
 
 def test_no_import_through_strings():
-    """`importlib.import_module("...")` and `__import__` hide an edge from this test, grep and mypy."""
+    """`importlib.import_module("...")` and `__import__` hide an edge from grep, mypy and here."""
     hidden = sorted(
         f"{name}:{node.lineno}"
         for name, path in _modules().items()
@@ -199,7 +199,9 @@ def test_imports_count_the_packages_that_run_first(source: str, expected: set[st
     [
         ("def f():\n    import rankscope.hang\n", set(), {"rankscope.hang"}),
         (
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rankscope.hang import model\n",
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n"
+            "    from rankscope.hang import model\n",
             set(),
             {"rankscope.hang", "rankscope.hang.model"},
         ),
