@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Fault:
+    """One fault: what it injects into a rank, what finds it, and the steps it needs."""
+
     name: str
     description: str
     diagnose: Callable[[DemoSession], bool]
