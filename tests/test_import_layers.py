@@ -1,4 +1,4 @@
-"""The package's shape: no module-level import cycle, runtime/ never reaches up into a feature,
+"""The package's shape: no import cycle of any kind, runtime/ never reaches up into a feature,
 no module over 450 lines.
 
 Read with `ast`, not by importing, so a cycle that today's import order happens to survive
@@ -6,6 +6,11 @@ still fails here. `import a.b.c` and `from a.b import c` run `a/__init__` and `a
 first, so each counts as an import of those packages too, except of the importer's own
 ancestors (already being initialized when the importer runs): a package importing its own
 submodules is not a cycle by itself.
+
+Two graphs are checked. The module-level one is what runs at import time. The full one adds
+the imports inside functions and under `if TYPE_CHECKING:`: a lazy import saves start-up time
+and a `TYPE_CHECKING` import serves mypy, but neither may close a loop, since either way the two
+modules still depend on each other.
 """
 
 from __future__ import annotations
@@ -138,6 +143,26 @@ def test_no_module_level_import_cycle():
     assert find_cycle(_graph(module_level_only=True)) is None
 
 
+def test_no_import_cycle_of_any_kind():
+    """Imports inside functions and under `if TYPE_CHECKING:` count as well."""
+    assert find_cycle(_graph(module_level_only=False)) is None
+
+
+def test_no_import_through_strings():
+    """`importlib.import_module("...")` and `__import__` hide an edge from grep, mypy and here."""
+    hidden = sorted(
+        f"{name}:{node.lineno}"
+        for name, path in _modules().items()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__"))
+        )
+    )
+    assert hidden == []
+
+
 def test_base_layers_import_no_feature():
     wrong = sorted(
         f"{module} imports {target}"
@@ -167,6 +192,33 @@ def test_imports_count_the_packages_that_run_first(source: str, expected: set[st
     path = tmp_path / "probe_module.py"
     path.write_text(source)
     assert _imported("rankscope.stacks.collect", path, module_level_only=True) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "module_level", "everywhere"),
+    [
+        ("def f():\n    import rankscope.hang\n", set(), {"rankscope.hang"}),
+        (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n"
+            "    from rankscope.hang import model\n",
+            set(),
+            {"rankscope.hang", "rankscope.hang.model"},
+        ),
+        (
+            "import typing\nif typing.TYPE_CHECKING:\n    import rankscope.debug\n",
+            set(),
+            {"rankscope.debug"},
+        ),
+    ],
+)
+def test_the_full_graph_sees_lazy_and_type_checking_imports(
+    source: str, module_level: set[str], everywhere: set[str], tmp_path
+):
+    path = tmp_path / "probe_module.py"
+    path.write_text(source)
+    assert _imported("rankscope.stacks.collect", path, module_level_only=True) == module_level
+    assert _imported("rankscope.stacks.collect", path, module_level_only=False) == everywhere
 
 
 def test_no_module_over_450_lines():

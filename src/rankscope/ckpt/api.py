@@ -11,7 +11,8 @@ from typing import Any
 
 from rankscope.ckpt.analysis import diff_manifests, inspect_manifest
 from rankscope.ckpt.model import CkptDiff, Inspection, Manifest
-from rankscope.ckpt.sources import load_manifest, manifest_of_state_dict
+from rankscope.ckpt.sources import load_manifest
+from rankscope.ckpt.tensor_source import manifest_of_state_dict
 
 __all__ = ["diff", "inspect", "manifest_of"]
 

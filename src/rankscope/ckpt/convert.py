@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from rankscope.ckpt.expected import CONVERTS, dims_from_config, read_config
 from rankscope.ckpt.mapping import Direction, Fuse, Step, TpSplit, plan
 from rankscope.ckpt.model import ModelDims, TensorInfo
-from rankscope.ckpt.sources import TensorSource, find_config, open_tensors
+from rankscope.ckpt.sources import find_config, open_tensors
+from rankscope.ckpt.tensor_source import TensorSource
 from rankscope.errors import CheckpointError
 
 if TYPE_CHECKING:

@@ -2,7 +2,8 @@
 
 Manifests come from safetensors headers (no tensor data read) or from `torch.load` with
 `weights_only=True` (never executes pickled code; memory-mapped). Tensor access for conversion
-goes through `TensorSource`, one tensor at a time. torch is imported only when needed.
+goes through `TensorSource` (in tensor_source.py, re-exported here), one tensor at a time. torch
+is imported only when needed.
 """
 
 from __future__ import annotations
@@ -11,15 +12,12 @@ import glob
 import json
 import os
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rankscope.ckpt.header import read_header
 from rankscope.ckpt.model import Manifest, SourceKind, TensorInfo
+from rankscope.ckpt.tensor_source import TensorSource, flatten_state_dict, manifest_of_state_dict
 from rankscope.errors import CheckpointError
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = [
     "TensorSource",
@@ -170,50 +168,6 @@ def _safetensors_manifest(source: str, files: list[str], kind: SourceKind) -> Ma
     )
 
 
-def manifest_of_state_dict(
-    state: Mapping[str, Any] | Any,
-    *,
-    source: str = "<state_dict>",
-    kind: SourceKind = SourceKind.LIVE,
-) -> Manifest:
-    """A manifest of an `nn.Module` (its state_dict) or of a mapping name -> tensor."""
-    import torch
-
-    from rankscope.ckpt.writer import CODE_OF_DTYPE
-
-    if isinstance(state, torch.nn.Module):
-        state = state.state_dict()
-    tensors = {
-        name: TensorInfo(
-            name=name,
-            shape=tuple(t.shape),
-            dtype=CODE_OF_DTYPE.get(t.dtype, str(t.dtype).removeprefix("torch.")),
-            file=source,
-        )
-        for name, t in _flatten(state, source).items()
-    }
-    return Manifest(source=source, kind=kind, tensors=tensors, files=(source,))
-
-
-def _flatten(state: Any, source: str, prefix: str = "") -> dict[str, torch.Tensor]:
-    import torch
-
-    if not isinstance(state, Mapping):
-        raise CheckpointError(f"{source}: holds a {type(state).__name__}, not a state_dict")
-    for wrapper in ("state_dict", "model", "module"):
-        inner = state.get(wrapper)
-        if not prefix and isinstance(inner, Mapping) and not isinstance(inner, torch.Tensor):
-            return _flatten(inner, source)
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, torch.Tensor):
-            out[name] = value
-        elif isinstance(value, Mapping):
-            out.update(_flatten(value, source, name + "."))
-    return out
-
-
 def _torch_load(path: str) -> Any:
     import pickle
 
@@ -244,38 +198,6 @@ def find_config(path: str) -> str | None:
     return candidate if os.path.isfile(candidate) else None
 
 
-class TensorSource:
-    """Tensors by name from safetensors files (memory-mapped) or a loaded state_dict."""
-
-    def __init__(
-        self, path: str, infos: Mapping[str, TensorInfo], state: Mapping[str, Any]
-    ) -> None:
-        self.path = path
-        self.infos = dict(infos)
-        self._state = dict(state)
-        self._handles: dict[str, Any] = {}
-
-    def names(self) -> list[str]:
-        return list(self.infos)
-
-    def get(self, name: str) -> torch.Tensor:
-        if name in self._state:
-            tensor: torch.Tensor = self._state[name]
-            return tensor
-        result: torch.Tensor = self.handle(name).get_tensor(name)
-        return result
-
-    def handle(self, name: str) -> Any:
-        """The open safetensors file that holds `name` (memory-mapped, reads by slice)."""
-        from safetensors import safe_open
-
-        file = self.infos[name].file
-        handle = self._handles.get(file)
-        if handle is None:
-            handle = self._handles[file] = safe_open(file, framework="pt")
-        return handle
-
-
 def open_tensors(path: str) -> list[TensorSource]:
     """One source per tensor-parallel rank (one in all for an unsharded checkpoint)."""
     from rankscope.ckpt.megatron import dist_meta, legacy
@@ -297,6 +219,6 @@ def open_tensors(path: str) -> list[TensorSource]:
     if manifest.kind is SourceKind.TORCH:
         state: dict[str, Any] = {}
         for f in manifest.files:
-            state.update(_flatten(_torch_load(f), f))
+            state.update(flatten_state_dict(_torch_load(f), f))
         return [TensorSource(path, manifest_of_state_dict(state, source=path).tensors, state)]
     return [TensorSource(path, manifest.tensors, {})]

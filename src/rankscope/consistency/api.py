@@ -15,15 +15,14 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rankscope.consistency.analysis import (
+from rankscope.consistency.analysis import compare, plan_differences, spread
+from rankscope.consistency.model import (
     DEFAULT_BUDGET_BYTES,
     ConsistencyReport,
+    RankDetails,
+    RankFingerprints,
     TensorSpread,
-    compare,
-    plan_differences,
-    spread,
 )
-from rankscope.consistency.model import RankDetails, RankFingerprints
 from rankscope.errors import ConsistencyError, UserError
 
 if TYPE_CHECKING:  # torch is imported on first use: `import rankscope` stays light

@@ -3,14 +3,18 @@
 Round 1 carries one `Fingerprint` per tensor (shape, dtype, bitwise hash, NaN/Inf counts).
 Only when hashes differ does a later round carry a `Summary` and an exact `Difference` for the
 tensors that differ. Everything here is plain data (no torch), so the comparison in
-`rankscope.consistency.analysis` is tested without torch or Ray. The enums a check reports
+`rankscope.consistency.analysis` is tested without torch or Ray. What the user gets back
+(`ConsistencyReport`, `TensorCheck`, `RankDelta`, `TensorSpread`) and the enums they report
 (`TensorStatus`, `Layout`) are here too, below both `analysis` and `render`, which use them.
+Their text comes from `render` through `TEXT`, which render fills in when it is imported.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -176,3 +180,174 @@ _DTYPE_SIZES = {
 def dtype_size(dtype: str) -> int:
     """Bytes per element of a dtype name (4 for names this table does not know)."""
     return _DTYPE_SIZES.get(dtype, 4)
+
+
+# --------------------------------------------------------------------- what the user gets
+class ReportText:
+    """How the reports read as text: `render` sets these when it is imported (the package's
+    `__init__` imports it), so that this module, below render, never imports it."""
+
+    def __init__(self) -> None:
+        self.summary: Callable[[ConsistencyReport], str] = _unset
+        self.report: Callable[[ConsistencyReport], str] = _unset
+        self.spread: Callable[[TensorSpread], str] = _unset
+
+
+def _unset(value: object) -> str:
+    raise RuntimeError("import rankscope.consistency (it sets the reports' text)")
+
+
+TEXT = ReportText()
+
+
+DEFAULT_BUDGET_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class RankDelta:
+    """How far one outlier rank's tensor is from the reference rank's."""
+
+    rank: int
+    max_abs: float | None
+    """Exact max |a - b| when the tensor was exchanged; None when only estimated."""
+    max_rel: float | None
+    lower: float | None = None
+    """Estimated bounds of max |a - b| from the summaries (over the byte budget)."""
+    upper: float | None = None
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+
+    @property
+    def estimated(self) -> bool:
+        return self.max_abs is None and self.upper is not None
+
+    @property
+    def worst(self) -> float | None:
+        """The exact max |d|, else its upper bound."""
+        return self.max_abs if self.max_abs is not None else self.upper
+
+
+@dataclass(frozen=True)
+class TensorCheck:
+    """One tensor across the ranks."""
+
+    name: str
+    status: TensorStatus
+    reference_rank: int | None
+    outlier_ranks: tuple[int, ...]
+    shape: tuple[int, ...] | None
+    """The reference rank's shape and dtype."""
+    dtype: str | None
+    majority: bool = True
+    """False when the largest group of agreeing ranks was tied (the reference is then the
+    lowest rank of the tie): the outliers may as well be the reference's group."""
+    deltas: tuple[RankDelta, ...] = ()
+    nan_ranks: tuple[int, ...] = ()
+    inf_ranks: tuple[int, ...] = ()
+
+    @property
+    def max_abs(self) -> float | None:
+        values = [d.worst for d in self.deltas if d.worst is not None]
+        return max(values) if values else None
+
+    @property
+    def max_rel(self) -> float | None:
+        values = [d.max_rel for d in self.deltas if d.max_rel is not None]
+        return max(values) if values else None
+
+    @property
+    def estimated(self) -> bool:
+        return any(d.estimated for d in self.deltas)
+
+    @property
+    def differs(self) -> bool:
+        return self.status is not TensorStatus.CONSISTENT
+
+
+@dataclass(frozen=True)
+class ConsistencyReport:
+    """The outcome of `verify_distributed_tensors`, the same on every rank that took part."""
+
+    operation_name: str
+    tolerance: float
+    ranks: tuple[int, ...]
+    """Ranks whose fingerprints were compared."""
+    missing_ranks: tuple[int, ...]
+    """Ranks expected but absent when the deadline passed (hub transport only)."""
+    tensors: tuple[TensorCheck, ...]
+    reference: str = "majority"
+    skipped: tuple[str, ...] = ()
+    """Non-tensor entries of the input (named, not compared)."""
+    budget_bytes: int = DEFAULT_BUDGET_BYTES
+    exchanged_bytes: int = 0
+    """Bytes of differing tensors exchanged to compute exact differences."""
+    transport: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def differing(self) -> tuple[TensorCheck, ...]:
+        return tuple(t for t in self.tensors if t.differs)
+
+    @property
+    def mismatched(self) -> tuple[TensorCheck, ...]:
+        return tuple(t for t in self.tensors if t.differs and t.status is not TensorStatus.CLOSE)
+
+    @property
+    def nan_ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({r for t in self.tensors for r in t.nan_ranks}))
+
+    @property
+    def inf_ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({r for t in self.tensors for r in t.inf_ranks}))
+
+    @property
+    def ok(self) -> bool:
+        """Every tensor bitwise equal or within tolerance, no NaN/Inf, every rank present."""
+        return not (self.mismatched or self.nan_ranks or self.inf_ranks or self.missing_ranks)
+
+    @property
+    def outlier_counts(self) -> dict[int, int]:
+        """Rank -> number of differing tensors in which it is an outlier."""
+        counts = Counter(r for t in self.differing for r in t.outlier_ranks)
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def check(self, name: str) -> TensorCheck:
+        """The check of one tensor by name; KeyError when it was not compared."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    @property
+    def summary(self) -> str:
+        """One line: what differs, who the outlier is, and the worst tensor."""
+        return TEXT.summary(self)
+
+    def __str__(self) -> str:
+        return TEXT.report(self)
+
+
+@dataclass(frozen=True)
+class TensorSpread:
+    """`inspect_distributed_tensor`'s result: one row per rank, and what the rows say."""
+
+    name: str
+    rows: tuple[TensorStats, ...]
+    missing_ranks: tuple[int, ...] = ()
+
+    @property
+    def layout(self) -> Layout:
+        if len(self.rows) <= 1:
+            return Layout.SINGLE
+        if len({(r.shape, r.dtype) for r in self.rows}) > 1:
+            return Layout.SHARDED
+        if len({r.hash for r in self.rows}) == 1:
+            return Layout.REPLICATED
+        return Layout.DIVERGENT
+
+    @property
+    def total_numel(self) -> int:
+        return sum(r.numel for r in self.rows)
+
+    def __str__(self) -> str:
+        return TEXT.spread(self)

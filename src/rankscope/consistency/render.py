@@ -1,20 +1,23 @@
 """The report as text: the one-line summary, the table of differing tensors, one tensor's rows.
 
-Kept apart from `analysis` so that the comparison stays pure data; the report classes there
-call these for `summary` and `str()`.
+Kept apart from `analysis` so that the comparison stays pure data. The report classes in
+`model` call these for `summary` and `str()` through `model.TEXT`, set at the end of this module.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from rankscope.consistency.model import Layout, TensorStatus
+from rankscope.consistency.model import (
+    TEXT,
+    ConsistencyReport,
+    Layout,
+    TensorCheck,
+    TensorSpread,
+    TensorStatus,
+)
 from rankscope.ranks import format_ranks
-
-if TYPE_CHECKING:
-    from rankscope.consistency.analysis import ConsistencyReport, TensorCheck, TensorSpread
 
 __all__ = ["TABLE_ROWS", "render_spread", "render_text", "summarize"]
 
@@ -181,10 +184,6 @@ def _sci(x: float) -> str:
     return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
 
 
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 2**20:g} MiB"
-
-
 def render_spread(s: TensorSpread) -> str:
     layout = s.layout
     what = {
@@ -220,3 +219,8 @@ def _num(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{v:.4g}"
+
+
+TEXT.summary = summarize
+TEXT.report = render_text
+TEXT.spread = render_spread

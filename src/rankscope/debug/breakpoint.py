@@ -82,9 +82,14 @@ def conditional_breakpoint(
     except Exception as exc:  # a broken condition must not stop the job
         log.warning("rankscope: conditional_breakpoint skipped: %s: %s", type(exc).__name__, exc)
         return
+    if backend == "debugpy":
+        from rankscope.debug.debugpy_backend import debugpy_breakpoint
+
+        debugpy_breakpoint(frame, name=name, timeout=wait_s, sync=sync)
+        return
     from rankscope.debug.server import open_breakpoint
 
-    open_breakpoint(frame, name=name, backend=backend, timeout=wait_s, sync=sync)
+    open_breakpoint(frame, name=name, timeout=wait_s, sync=sync)
 
 
 def _should_stop(

@@ -42,7 +42,7 @@ def debugpy_breakpoint(
     except ImportError:
         log.warning("rankscope: backend='debugpy' needs `pip install debugpy`; breakpoint skipped")
         return
-    from rankscope.debug.server import _timed_out, open_session
+    from rankscope.debug.server import open_session, timed_out
 
     try:
         session = open_session(
@@ -57,7 +57,7 @@ def debugpy_breakpoint(
         deadline = None if timeout is None else time.time() + timeout
         while not debugpy.is_client_connected():
             if deadline is not None and time.time() >= deadline:
-                _timed_out(session)
+                timed_out(session)
                 return
             time.sleep(POLL_S)
         registry.update(session.id, state="attached")

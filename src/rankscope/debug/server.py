@@ -331,7 +331,8 @@ def _stack(frame: FrameType) -> tuple[SessionFrame, ...]:
     return tuple(frames)
 
 
-def _timed_out(session: Session) -> None:
+def timed_out(session: Session) -> None:
+    """No client came within the session's timeout: log it, record it, close; the job goes on."""
     record = session.record
     log.warning(
         "rankscope: debug session %s (%s at %s) had no client within %gs; continuing",
@@ -345,21 +346,17 @@ def _timed_out(session: Session) -> None:
 
 
 def open_breakpoint(
-    frame: FrameType, *, name: str | None, backend: str, timeout: float | None, sync: bool
+    frame: FrameType, *, name: str | None, timeout: float | None, sync: bool
 ) -> None:
-    """Pause the caller's `frame` until a client attaches and continues, or the timeout passes."""
-    if backend == "debugpy":
-        from rankscope.debug.debugpy_backend import debugpy_breakpoint
-
-        debugpy_breakpoint(frame, name=name, timeout=timeout, sync=sync)
-        return
+    """Pause the caller's `frame` in pdb until a client attaches and continues, or the timeout
+    passes (debugpy_backend.py is the other backend)."""
     try:
         session = open_session(
             frame, reason="breakpoint", name=name, backend="pdb", timeout=timeout, sync_ranks=sync
         )
         io = session.wait_for_client()
         if io is None:
-            _timed_out(session)
+            timed_out(session)
             return
         debugger = RemotePdb(io, on_end=lambda: session.close("continued"))
         debugger.message(_banner(session.record))
@@ -390,7 +387,7 @@ def serve_post_mortem(
     try:
         io = session.wait_for_client()
         if io is None:
-            _timed_out(session)
+            timed_out(session)
             return
 
         def finish() -> None:

@@ -27,6 +27,12 @@ def demo(
     steps: Annotated[int, typer.Option("--steps", min=1)] = 30,
 ) -> None:
     """Run a small 4-rank data-parallel job on a local Ray cluster and debug it."""
+    if fault == "all" or "," in fault:
+        from rankscope.demo.every_fault import run_every_fault
+        from rankscope.demo.faults import fault_names
+
+        names = [n for n in fault_names() if n != "none"] if fault == "all" else fault.split(",")
+        raise typer.Exit(run_every_fault(names, workers=workers, steps=steps, console=out))
     from rankscope.demo.run import run_demo
 
     raise typer.Exit(run_demo(fault=fault, workers=workers, steps=steps, console=out))

@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rankscope.demo.faults import get_fault
-from rankscope.demo.run import DemoPlan, Outcome, run_fault
+from rankscope.demo.model import Outcome
+from rankscope.demo.run import DemoPlan, run_fault
 
 FAULT_TIMEOUT_S = 600.0
 """One fault's job at most, start-up included (a slow machine starts workers in tens of s)."""

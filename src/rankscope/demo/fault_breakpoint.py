@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rankscope.demo.faults import Fault
+from rankscope.demo.model import Fault
 from rankscope.demo.session import DemoSession
 
 BREAKPOINT_TIMEOUT_S = 15.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rankscope.demo.faults import Fault
+from rankscope.demo.model import Fault
 from rankscope.demo.session import DemoSession
 
 EXIT_CODE = 3

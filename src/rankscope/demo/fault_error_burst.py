@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rankscope.demo.faults import Fault
+from rankscope.demo.model import Fault
 from rankscope.demo.session import DemoSession
 
 FAILED_READS = 12

@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from rankscope.demo.faults import Fault
+from rankscope.demo.model import Fault
 from rankscope.demo.session import DemoSession
 
 NEVER_S = 3600.0

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from rankscope.demo.faults import Fault
+from rankscope.demo.model import Fault
 from rankscope.demo.session import DemoSession
 
 LEAK_BYTES_PER_STEP = 4 * 1024 * 1024

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rankscope.demo.faults import Fault
+from rankscope.demo.model import Fault
 from rankscope.demo.monitor_check import health, monitor_step, named
 from rankscope.demo.session import DemoSession
 

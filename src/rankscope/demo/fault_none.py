@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rankscope.demo.faults import Fault
+from rankscope.demo.model import Fault
 from rankscope.demo.session import DemoSession
 
 

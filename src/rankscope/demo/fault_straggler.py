@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rankscope.demo.faults import Fault
+from rankscope.demo.model import Fault
 from rankscope.demo.monitor_check import health, named
 from rankscope.demo.session import DemoSession
 

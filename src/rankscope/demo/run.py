@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from rankscope.demo.faults import fault_names, get_fault
+from rankscope.demo.model import Outcome
 from rankscope.demo.session import DemoSession
 from rankscope.errors import UserError
 
@@ -46,11 +47,7 @@ class DemoPlan:
 
 
 def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:
-    if fault == "all" or "," in fault:
-        from rankscope.demo.every_fault import run_every_fault
-
-        names = [n for n in fault_names() if n != "none"] if fault == "all" else fault.split(",")
-        return run_every_fault(names, workers=workers, steps=steps, console=console)
+    """One fault on a new embedded cluster (`--fault all` and lists: every_fault.py)."""
     plan = DemoPlan(fault, workers, steps)
     run_dir = tempfile.mkdtemp(prefix="rankscope-demo-")
     console.print(f"[bold]rankscope demo[/]: {plan.workers} ranks, gloo, fault={plan.fault}")
@@ -59,18 +56,6 @@ def run_demo(*, fault: str, workers: int, steps: int, console: Console) -> int:
         f"demo done ({'found it' if outcome.found else 'NOT found'}); run directory: {run_dir}"
     )
     return 0 if outcome.found else 1
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one fault's run came to: found or not, how fast, the verdict, the report."""
-
-    fault: str
-    found: bool
-    seconds: float
-    """From the start of training to the diagnosis' answer."""
-    verdict: str
-    report: str
 
 
 def run_fault(plan: DemoPlan, console: Console, run_dir: str, *, address: str) -> Outcome:

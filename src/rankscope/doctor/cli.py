@@ -4,13 +4,13 @@
     rankscope diagnose --mode memory_profile  memory snapshot of every rank (rankscope.memory)
     rankscope diagnose --check-debug-ports    debug sessions' ports (rankscope.debug)
 
-Each check is a function `(address, job, as_json, console) -> exit code` in its feature package,
-imported only when asked for.
+Each check is a function `(address, job, as_json, console) -> exit code` in its feature package;
+`_check` imports the one asked for (only then: start-up time), by name, so grep, mypy and the
+import test follow it.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
@@ -25,11 +25,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
-MODES = {
-    "memory_profile": "rankscope.memory.diagnose:memory_profile",
-}
-DEBUG_PORTS_CHECK = "rankscope.debug.ports:check_debug_ports"
-ENVIRONMENT_CHECK = "rankscope.doctor.cli:check_environment"
+MODES = ("memory_profile",)
+"""The deeper checks `--mode` picks."""
 
 
 class Check(Protocol):
@@ -62,13 +59,20 @@ def diagnose(
     """
     if mode is not None and mode not in MODES:
         raise UserError(f"--mode {mode!r}: choose one of {', '.join(sorted(MODES))}")
+    raise typer.Exit(_check(mode, check_debug_ports)(address, job, as_json, out))
+
+
+def _check(mode: str | None, check_debug_ports: bool) -> Check:
+    """The check asked for: debug ports, a `--mode`, else every rank's environment."""
     if check_debug_ports:
-        target = DEBUG_PORTS_CHECK
-    elif mode is not None:
-        target = MODES[mode]
-    else:
-        target = ENVIRONMENT_CHECK
-    raise typer.Exit(_load(target)(address, job, as_json, out))
+        from rankscope.debug.ports import check_debug_ports as debug_ports
+
+        return debug_ports
+    if mode == "memory_profile":
+        from rankscope.memory.diagnose import memory_profile
+
+        return memory_profile
+    return check_environment
 
 
 def check_environment(address: str | None, job: str | None, as_json: bool, console: Console) -> int:
@@ -116,12 +120,6 @@ def _save_in_run_dirs(client: HubClient, results: list[JobEnvironment]) -> list[
         except Exception:  # a full disk or a busy hub: the check's result is what matters
             continue
     return paths
-
-
-def _load(target: str) -> Check:
-    module, _, name = target.partition(":")
-    check: Check = getattr(importlib.import_module(module), name)
-    return check
 
 
 @app.command()

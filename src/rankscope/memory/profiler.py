@@ -251,7 +251,15 @@ class MemoryProfiler:
         """Write one self-contained HTML file (no network needed) and return its path."""
         from rankscope.memory.report import ProcessSection, write_report
 
-        section = ProcessSection.from_profiler(self)
+        report = self.leak_report()
+        section = ProcessSection(
+            label=self.label,
+            snapshots=self.snapshots,
+            leaks=report.findings if self.leak_detection else (),
+            findings=self.findings(),
+            suspects=report.suspects,
+            note=f"{self.thinned} snapshots thinned out" if self.thinned else "",
+        )
         return write_report(path, f"rankscope memory report: {self.label}", [section])
 
     def dump_allocation_history(self, path: str | os.PathLike[str]) -> str:

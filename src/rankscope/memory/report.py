@@ -7,15 +7,12 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rankscope._version import __version__
 from rankscope.memory import analysis
 from rankscope.memory.model import METRICS, AllocationSite, MemorySnapshot
 from rankscope.units import human_bytes, human_seconds
-
-if TYPE_CHECKING:
-    from rankscope.memory.profiler import MemoryProfiler
 
 CHART_POINTS = 1000
 """Snapshots per chart at most (thinned evenly)."""
@@ -40,19 +37,6 @@ class ProcessSection:
     suspects: tuple[AllocationSite, ...] = ()
     node: str = ""
     note: str = ""
-
-    @classmethod
-    def from_profiler(cls, profiler: MemoryProfiler) -> ProcessSection:
-        report = profiler.leak_report()
-        note = f"{profiler.thinned} snapshots thinned out" if profiler.thinned else ""
-        return cls(
-            label=profiler.label,
-            snapshots=profiler.snapshots,
-            leaks=report.findings if profiler.leak_detection else (),
-            findings=profiler.findings(),
-            suspects=report.suspects,
-            note=note,
-        )
 
     @property
     def summary(self) -> str:

@@ -22,7 +22,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,6 +137,10 @@ class HistoryWriter:
         self._hub: Any = None
         self._pending: Any = None
         self._atexit = False
+        # The recorder's rows and first NaN/Inf, read at exit: monitor/recorder.py, which sits
+        # above this module, sets it.
+        self.rows_at_exit: Callable[[], tuple[Sequence[tuple[int, float, Any, Any, Any]], Any]]
+        self.rows_at_exit = lambda: ((), None)
 
     def on_heartbeat(
         self, rows: Sequence[tuple[int, float, Any, Any, Any]], first_nonfinite: Any = None
@@ -217,11 +221,9 @@ class HistoryWriter:
 
     def at_exit(self) -> None:
         """The last steps, on a clean exit (a SIGKILL-ed process loses at most `write_every`)."""
-        from rankscope.monitor.recorder import step_recorder
-
-        recorder = step_recorder()
-        if self.history.add(list(recorder.rows)) or self.unwritten:
-            self.write(recorder.first_nonfinite, wait_s=2.0)
+        rows, first_nonfinite = self.rows_at_exit()
+        if self.history.add(list(rows)) or self.unwritten:
+            self.write(first_nonfinite, wait_s=2.0)
 
 
 _writer = HistoryWriter()

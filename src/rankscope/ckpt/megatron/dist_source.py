@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rankscope.ckpt.megatron.dist_meta import DistMetadata, read_dist_metadata
 from rankscope.ckpt.megatron.dist_reader import DistReader
 from rankscope.ckpt.model import Manifest, SourceKind, TensorInfo
-from rankscope.ckpt.sources import TensorSource
+from rankscope.ckpt.tensor_source import TensorSource
 
 if TYPE_CHECKING:
     import torch

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rankscope.ckpt.model import Manifest, SourceKind, TensorInfo
-from rankscope.ckpt.sources import TensorSource, manifest_of_state_dict
+from rankscope.ckpt.tensor_source import TensorSource, manifest_of_state_dict
 from rankscope.errors import CheckpointError
 
 __all__ = [

@@ -21,7 +21,7 @@ from rankscope.ckpt.model import ModelDims
 if TYPE_CHECKING:
     import torch
 
-    from rankscope.ckpt.sources import TensorSource
+    from rankscope.ckpt.tensor_source import TensorSource
 
 __all__ = ["chunk_from_hf", "read_rows"]
 

@@ -24,7 +24,7 @@ from rankscope.ckpt.model import ModelDims
 from rankscope.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from rankscope.ckpt.sources import TensorSource
+    from rankscope.ckpt.tensor_source import TensorSource
 
 __all__ = ["write_megatron"]
 
