@@ -16,15 +16,12 @@ import inspect
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rankscope import level as _level
 from rankscope.hang.callsite import default_group_holder, positional_tensors, tensor_metadata
 from rankscope.hang.model import CallState
 from rankscope.runtime.api import send_last_words
-
-if TYPE_CHECKING:
-    from rankscope.hang.recorder import CollectiveRecorder
 
 NOT_TENSORS = frozenset(
     ("op", "group", "async_op", "src", "dst", "tag", "group_src", "group_dst", "timeout")
@@ -82,7 +79,7 @@ _BODY_NAMES = frozenset(
 """A parameter named as one of these would shadow it: such a function gets the generic body."""
 
 
-def wrap(op: str, fn: Callable[..., Any], recorder: CollectiveRecorder, p2p: bool) -> Any:
+def wrap(op: str, fn: Callable[..., Any], recorder: Any, p2p: bool) -> Any:
     """`fn`, recording each call into `recorder`'s ring."""
     names: list[str] = []
     defaults: dict[str, Any] = {}
