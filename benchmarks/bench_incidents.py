@@ -102,6 +102,11 @@ class Result:
     got: str = ""
     correct: bool = False
     t_verdict: float | None = None
+    startup_s: float | None = None
+    """From the driver's start to the symptom: the job's start-up and its healthy steps."""
+    t_named: float | None = None
+    """Until `data.diagnosis` exists: when the verdict sentence first named the culprit and
+    where (a reader's check, not the score)."""
     t_alert: float | None = None
     alert: str = ""
     polls: int = 0
@@ -110,6 +115,8 @@ class Result:
     false_findings: int = 0
     false_alerts: int = 0
     note: str = ""
+    history: list[tuple[float, str]] = field(default_factory=list)
+    """What the reports said, each change once: (s since the symptom or the start, text)."""
 
 
 def main() -> int:
@@ -121,6 +128,7 @@ def main() -> int:
     parser.add_argument("--healthy-s", type=float, default=None, help="healthy polling, s")
     parser.add_argument("--no-healthy", action="store_true", help="skip healthy scenarios")
     parser.add_argument("--json-out", default=None)
+    parser.add_argument("-v", "--verbose", action="store_true", help="each report's change")
     parser.add_argument("--list", action="store_true", help="print the catalog and exit")
     args = parser.parse_args()
 
@@ -162,6 +170,9 @@ def main() -> int:
             print(f"--- {incident.name}: {incident.description}", flush=True)
             result = run_one(incident, cluster.address, tmp, webhook, args.limit, healthy_s)
             print(f"    {_row_text(result)}", flush=True)
+            if args.verbose:
+                for at, said in result.history:
+                    print(f"      {at:6.1f} s  {said[:300]}", flush=True)
             results.append(result)
     finally:
         cluster.shutdown()
@@ -194,6 +205,7 @@ def run_one(
     os.makedirs(job_dir)
     want = incident.expected.describe() if incident.expected else "no fail"
     result = Result(incident.name, incident.client, want, incident.healthy)
+    launched = time.time()
     with open(os.path.join(job_dir, "driver.log"), "w") as log:
         driver = subprocess.Popen(
             [sys.executable, "-m", "incidents.driver", incident.name, address, job_dir],
@@ -213,6 +225,8 @@ def run_one(
             _watch_healthy(result, address, job_dir, webhook, healthy_s)
         else:
             _watch_incident(result, incident.expected, address, job_dir, webhook, limit, driver)
+            if result.symptom_at is not None:
+                result.startup_s = result.symptom_at - launched
     finally:
         _tear_down(driver, job_dir, graceful=incident.healthy)
     return result
@@ -242,6 +256,9 @@ def _watch_incident(
         poll = report(address, result.job_id)
         polls.append(poll)
         result.got = _said(poll)
+        _remember(result, poll.ended - at, result.got)
+        if result.t_named is None and names(expected, poll.verdict):
+            result.t_named = poll.ended - at
         if judge(expected, poll.diagnosis):
             result.correct = True
             result.t_verdict = poll.ended - at
@@ -269,6 +286,7 @@ def _watch_healthy(
         begun = time.time()
         poll = report(address, result.job_id)
         polls.append(poll)
+        _remember(result, poll.ended - start, _said(poll))
         level = (poll.diagnosis or {}).get("level")
         if poll.code == 1 or level == "fail":
             result.false_findings += 1
@@ -281,6 +299,11 @@ def _watch_healthy(
     result.got = worst or (_said(polls[-1]) if polls else "")
     result.correct = result.false_findings == 0 and not alerts
     _poll_stats(result, polls)
+
+
+def _remember(result: Result, at: float, said: str) -> None:
+    if not result.history or result.history[-1][1] != said:
+        result.history.append((round(at, 1), said))
 
 
 def _poll_stats(result: Result, polls: list[Poll]) -> None:
@@ -324,6 +347,18 @@ def judge(expected: Any, diagnosis: dict[str, Any] | None) -> bool:
     return expected.where in str(diagnosis.get("where", ""))
 
 
+def names(expected: Any, verdict: str) -> bool:
+    """The sentence names the culprit (`rank N` for each rank, or its name) and the where."""
+    import re
+
+    for rank in expected.ranks:
+        if not re.search(rf"\branks? (\d+,)*{rank}\b", verdict):
+            return False
+    if expected.culprit and expected.culprit not in verdict:
+        return False
+    return expected.where in verdict
+
+
 def _said(poll: Poll) -> str:
     d = poll.diagnosis
     if d:
@@ -363,6 +398,7 @@ def _row_text(r: Result) -> str:
         )
     return (
         f"{'RIGHT' if r.correct else 'wrong'} t_verdict={_s(r.t_verdict)} "
+        f"(sentence named it: {_s(r.t_named)}; start-up {_s(r.startup_s)}) "
         f"t_alert={_s(r.t_alert)} {r.alert}; said: {r.got[:160]} {r.note}"
     )
 
@@ -377,8 +413,11 @@ def _p90(xs: list[float]) -> float:
 
 
 def print_scoreboard(results: list[Result], total: float) -> None:
-    print("\n| incident | client | expected | got | correct | t_verdict | t_alert (rank) |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "\n| incident | client | expected | got | correct | t_verdict | t_alert (rank) "
+        "| sentence named it |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         if r.healthy:
             correct = (
@@ -390,14 +429,19 @@ def print_scoreboard(results: list[Result], total: float) -> None:
         alert = f"{_s(r.t_alert)} {r.alert}".strip() if not r.healthy else r.alert or "-"
         print(
             f"| {r.name} | {r.client} | {r.expected} | {got} | {correct} | "
-            f"{_s(r.t_verdict)} | {alert} |"
+            f"{_s(r.t_verdict)} | {alert} | {_s(r.t_named)} |"
         )
     faults = [r for r in results if not r.healthy]
     right = [r for r in faults if r.correct]
     verdicts = [r.t_verdict for r in faults if r.t_verdict is not None]
     alerts = [r.t_alert for r in faults if r.t_alert is not None]
+    named = [r.t_named for r in faults if r.t_named is not None]
     print(f"\ntop-1 right: {len(right)}/{len(faults)}")
-    for label, xs in (("symptom to right verdict", verdicts), ("symptom to alert", alerts)):
+    for label, xs in (
+        ("symptom to right verdict", verdicts),
+        ("symptom to alert", alerts),
+        ("symptom to a sentence naming culprit and where (not scored)", named),
+    ):
         if xs:
             print(
                 f"{label}: median {statistics.median(xs):.1f} s, p90 {_p90(xs):.1f} s "
