@@ -168,7 +168,7 @@ def main() -> int:
     try:
         for incident in chosen:
             print(f"--- {incident.name}: {incident.description}", flush=True)
-            result = run_one(incident, cluster.address, tmp, webhook, args.limit, healthy_s)
+            result = run_one(incident, cluster, tmp, webhook, args.limit, healthy_s)
             print(f"    {_row_text(result)}", flush=True)
             if args.verbose:
                 for at, said in result.history:
@@ -199,10 +199,18 @@ def _cluster_env(tmp: str, webhook_url: str) -> None:
 
 
 def run_one(
-    incident: Any, address: str, tmp: str, webhook: Webhook, limit: float, healthy_s: float
+    incident: Any, cluster: Any, tmp: str, webhook: Webhook, limit: float, healthy_s: float
 ) -> Result:
+    address = cluster.address
     job_dir = os.path.join(tmp, "jobs", incident.name)
     os.makedirs(job_dir)
+    node = None
+    if incident.node:  # a second node, lost once the faulty rank runs there
+        from incidents.common import NODE_RESOURCE
+
+        node = cluster.add_node(num_cpus=2, resources={NODE_RESOURCE: 4})
+        cluster.wait_for_nodes()
+        threading.Thread(target=_lose_node, args=(cluster, node, job_dir), daemon=True).start()
     want = incident.expected.describe() if incident.expected else "no fail"
     result = Result(incident.name, incident.client, want, incident.healthy)
     launched = time.time()
@@ -229,7 +237,22 @@ def run_one(
                 result.startup_s = result.symptom_at - launched
     finally:
         _tear_down(driver, job_dir, graceful=incident.healthy)
+        if node is not None and node in cluster.worker_nodes:
+            cluster.remove_node(node, allow_graceful=False)
     return result
+
+
+def _lose_node(cluster: Any, node: Any, job_dir: str) -> None:
+    """When the rank on the added node says it trains there: the node goes, as a host dies."""
+    ready = os.path.join(job_dir, "node_ready")
+    deadline = time.time() + SYMPTOM_WAIT_S
+    while not os.path.exists(ready):
+        if time.time() > deadline or os.path.exists(os.path.join(job_dir, "stop")):
+            return
+        time.sleep(0.2)
+    with open(os.path.join(job_dir, "symptom"), "w") as f:
+        f.write(repr(time.time()))
+    cluster.remove_node(node, allow_graceful=False)
 
 
 def _watch_incident(
@@ -340,7 +363,8 @@ def judge(expected: Any, diagnosis: dict[str, Any] | None) -> bool:
         return False
     if diagnosis.get("kind") not in expected.kinds:
         return False
-    if sorted(diagnosis.get("ranks") or []) != sorted(expected.ranks):
+    ranks_matter = expected.ranks or not expected.culprit  # a named culprit that is no rank
+    if ranks_matter and sorted(diagnosis.get("ranks") or []) != sorted(expected.ranks):
         return False
     if expected.culprit and expected.culprit not in str(diagnosis.get("culprit", "")):
         return False
@@ -387,6 +411,18 @@ def _tear_down(driver: subprocess.Popen[str], job_dir: str, *, graceful: bool) -
     if os.path.exists(child):  # the stalled rank's child process, orphaned by its kill
         with open(child) as f, contextlib.suppress(ValueError, ProcessLookupError):
             os.kill(int(f.read().strip()), signal.SIGKILL)
+    cgroup = os.path.join(job_dir, "oom.cgroup")
+    if os.path.exists(cgroup):  # the out-of-memory kill's own memory cgroup, empty by now
+        with open(cgroup) as f:
+            path = f.read().strip()
+        for _ in range(20):
+            try:
+                os.rmdir(path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # its process is still going
+                time.sleep(0.5)
     time.sleep(3.0)  # Ray ends the job's workers
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from functools import partial
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 from incidents import train
 from incidents.common import (
     FAULT_RANK,
+    NODE_RESOURCE,
     WORLD,
     Expected,
     Incident,
@@ -46,17 +49,15 @@ class Evaluator:
 
 
 def start_group(
-    *, timeout_s: float = 600.0, env_of: dict[int, dict[str, str]] | None = None
+    *, timeout_s: float = 600.0, options_of: dict[int, dict[str, Any]] | None = None
 ) -> list[Any]:
-    """Four `Rank` actors joined in one gloo group (`env_of`: extra variables of some ranks)."""
+    """Four `Rank` actors joined in one gloo group (`options_of`: some ranks' actor options)."""
     import ray
 
     cls = ray.remote(num_cpus=1)(Rank)
     actors = []
     for rank in range(WORLD):
-        options: dict[str, Any] = {}
-        if env_of and rank in env_of:
-            options["runtime_env"] = {"env_vars": env_of[rank]}
+        options = (options_of or {}).get(rank, {})
         actors.append(cls.options(**options).remote(rank, WORLD))
     host, port = ray.get(actors[0].address.remote())
     ray.get([a.join.remote(host, port, timeout_s) for a in actors])
@@ -69,12 +70,12 @@ def run_group(
     fault: str,
     faulty: int = FAULT_RANK,
     timeout_s: float = 600.0,
-    env_of: dict[int, dict[str, str]] | None = None,
+    options_of: dict[int, dict[str, Any]] | None = None,
 ) -> None:
     """The user's driver: start the ranks, train, wait for every rank (as users write it)."""
     import ray
 
-    actors = start_group(timeout_s=timeout_s, env_of=env_of)
+    actors = start_group(timeout_s=timeout_s, options_of=options_of)
     ray.get([a.train.remote(job_dir, fault, faulty) for a in actors])
 
 
@@ -91,6 +92,41 @@ def run_infeasible(job_dir: str) -> None:
     ray.get(evaluator.ping.remote())
 
 
+class Holder:
+    """Another job's actor that holds most of the cluster's CPUs and keeps them."""
+
+    def ping(self) -> str:
+        return "ok"
+
+
+def hold_cpus(address: str, job_dir: str) -> None:
+    """Another user's job (`python -m incidents.actors ADDRESS JOB_DIR`): an actor holding all
+    but 2 of the cluster's CPUs, until it is killed."""
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    cpus = int(ray.available_resources().get("CPU", 0)) - 2
+    holder = ray.remote(num_cpus=cpus)(Holder).remote()
+    ray.get(holder.ping.remote())
+    with open(os.path.join(job_dir, "holder_ready"), "w") as f:
+        f.write(str(cpus))
+    while True:
+        time.sleep(60)
+
+
+def run_waiting(job_dir: str) -> None:
+    """This job's four ranks wait for CPUs that another job's `Holder` holds."""
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    subprocess.Popen([sys.executable, "-m", "incidents.actors", address, job_dir])
+    ready = os.path.join(job_dir, "holder_ready")
+    while not os.path.exists(ready):
+        time.sleep(0.2)
+    mark_symptom(job_dir)
+    run_group(job_dir, fault="")
+
+
 def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True, **kw: Any) -> Incident:
     path = os.path.join(os.path.dirname(__file__), "train.py")
     return Incident(
@@ -102,6 +138,7 @@ def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True, **kw: Any)
     )
 
 
+SKEWED = {"NCCL_ALGO": "Tree", "TORCH_NCCL_BLOCKING_WAIT": "1"}
 HANG = ("hang",)
 MISMATCH = ("mismatch", "hang")
 """An extra or odd collective: gloo may hang in it or fail; the verdict must call it a mismatch
@@ -130,11 +167,11 @@ INCIDENTS: list[Incident] = [
     Incident(
         name=f"{CLIENT}-env_skew",
         client=CLIENT,
-        description=f"rank {FAULT_RANK} runs with its own GLOO_SOCKET_IFNAME and NCCL_ALGO",
+        description=f"rank {FAULT_RANK} runs with its own NCCL_ALGO and TORCH_NCCL_BLOCKING_WAIT",
         run=partial(
             run_group,
             fault="env_skew",
-            env_of={FAULT_RANK: {"NCCL_ALGO": "Tree", "TORCH_NCCL_BLOCKING_WAIT": "1"}},
+            options_of={FAULT_RANK: {"runtime_env": {"env_vars": SKEWED}}},
         ),
         expected=Expected(("environment",), (FAULT_RANK,), "NCCL_ALGO"),
     ),
@@ -159,5 +196,31 @@ INCIDENTS: list[Incident] = [
             where_of(os.path.join(os.path.dirname(__file__), "train.py"), "stall_loader"),
         ),
     ),
+    _fault("loss_divergence", ("loss_divergence",), where=False),
+    _fault("cross_group", ("cross_group_deadlock", "hang")),
+    _fault("oom", ("oom", "death"), where=False),
+    Incident(
+        name=f"{CLIENT}-node_lost",
+        client=CLIENT,
+        description=f"rank {FAULT_RANK}'s node is removed from the cluster",
+        run=partial(
+            run_group,
+            fault="node_lost",
+            options_of={FAULT_RANK: {"resources": {NODE_RESOURCE: 1}}},
+        ),
+        expected=Expected(("death",), (FAULT_RANK,)),
+        node=True,
+    ),
+    Incident(
+        name=f"{CLIENT}-waiting",
+        client=CLIENT,
+        description="the ranks wait for CPUs another job's Holder actor holds",
+        run=run_waiting,
+        expected=Expected(("waiting",), (), "CPU", culprit="Holder"),
+    ),
 ]
 """In the order they were built: every client's first six, then the plain actors' own."""
+
+
+if __name__ == "__main__":
+    hold_cpus(*sys.argv[1:3])

@@ -22,8 +22,8 @@ WORLD = 4
 """Ranks of every job: small enough for two cores, big enough that one rank is odd."""
 FAULT_RANK = 2
 """The rank that misbehaves, unless an incident says otherwise (not 0: rank 0 is special)."""
-FAULT_AFTER_S = 6.0
-"""Seconds of healthy training before the fault, so the tool has seen the job step."""
+NODE_RESOURCE = "rs_incident_node"
+"""The custom resource of the node the benchmark adds for the node-lost incident."""
 RUN_FOR_S = 600.0
 """A job that nobody stops ends by itself after this (the benchmark always stops it first)."""
 
@@ -59,7 +59,10 @@ class Incident:
     expected: Expected | None
     """None for a healthy scenario: no "fail" diagnosis and no alert may come."""
     env: dict[str, str] = field(default_factory=dict)
-    """Extra variables in the job's runtime_env (e.g. one skewed GLOO variable)."""
+    """Extra variables in the job's runtime_env."""
+    node: bool = False
+    """The job needs a second node (`NODE_RESOURCE`), which the benchmark adds before the job
+    and removes once the faulty rank writes `node_ready`: a node lost."""
 
     @property
     def healthy(self) -> bool:

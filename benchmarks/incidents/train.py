@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from incidents.common import FAULT_RANK, RUN_FOR_S, mark_symptom, stopped
 
@@ -32,7 +32,7 @@ CHECKPOINT_S = 20.0
 LEAK_BYTES = 4 << 20
 LEAK_CAP = 1 << 30
 """The leak grows 4 MiB a step up to 1 GiB: plain to see, and bounded on a shared machine."""
-NUMERIC = ("nan", "loss_spike", "divergence", "drift", "leak")
+NUMERIC = ("nan", "loss_spike", "divergence", "drift", "leak", "loss_divergence")
 """Incidents whose user code reports its numbers: `rankscope.step(loss=...)` and friends."""
 
 log = logging.getLogger("train.data")
@@ -66,6 +66,7 @@ def run(
             rankscope.watch_nan(model)
     if me and fault == "env_skew":
         mark_symptom(job_dir)  # the skew is there from the start
+    side = dist.new_group(list(range(world))) if fault == "cross_group" else None
     kept: list[bytearray] = []
     started = time.time()
     step = 0
@@ -82,7 +83,15 @@ def run(
         loss.backward()
         flat = torch.cat([p.grad.flatten() for p in model.parameters()] + [torch.zeros(1)])
         flat[-1] = float(stopped(job_dir))
-        reduce_gradients(flat, job_dir, fault if after else "", at)
+        if side is not None and step == FAULT_STEP:
+            cross_groups(flat, side, me, job_dir)
+        else:
+            reduce_gradients(flat, job_dir, fault if after else "", at)
+        if at and fault == "oom":
+            grow_past_memory_limit(job_dir)
+        if at and fault == "node_lost":
+            with open(os.path.join(job_dir, "node_ready"), "w") as f:
+                f.write("ready")  # the benchmark removes this rank's node now
         if not (after and fault == "divergence"):  # incident: divergence
             offset = 0
             for p in model.parameters():
@@ -154,6 +163,10 @@ def load_batch(
     if at and fault == "loss_spike":
         mark_symptom(job_dir)
         inputs = inputs * 30  # incident: loss_spike
+    if fault == "loss_divergence":
+        if at:
+            mark_symptom(job_dir)
+        return inputs, inputs.sum(dim=1, keepdim=True) * 0.1 + 3.0  # incident: loss_divergence
     if at and fault == "nan":
         mark_symptom(job_dir)
         inputs[0, 0] = float("nan")  # incident: nan
@@ -215,6 +228,55 @@ def reduce_gradients(flat: torch.Tensor, job_dir: str, fault: str, at: bool) -> 
         dist.broadcast(flat, src=0)  # incident: kind
         return
     dist.all_reduce(flat)
+
+
+def cross_groups(flat: torch.Tensor, side: Any, me: bool, job_dir: str) -> None:
+    """Two groups entered in opposite orders: rank `me` goes to the side group first."""
+    import torch.distributed as dist
+
+    if me:
+        mark_symptom(job_dir)
+        dist.all_reduce(flat, group=side)  # incident: cross_group
+        dist.all_reduce(flat)
+    else:
+        dist.all_reduce(flat)
+        dist.all_reduce(flat, group=side)
+
+
+def grow_past_memory_limit(job_dir: str) -> None:
+    """The out-of-memory kill, bounded to this one process: a memory cgroup of its own with a
+    limit 256 MiB over what it uses, then allocations until the kernel's OOM killer ends it."""
+    cgroup = own_memory_cgroup(job_dir, 256 << 20)
+    with open(os.path.join(job_dir, "oom.cgroup"), "w") as f:
+        f.write(cgroup)  # the benchmark removes it after the job
+    mark_symptom(job_dir)
+    grown = []
+    while True:
+        grown.append(bytearray(b"\x01" * (16 << 20)))  # incident: oom
+
+
+def own_memory_cgroup(job_dir: str, headroom: int) -> str:
+    """A child of this process's memory cgroup (v2 `memory.max`, else v1's limit) holding only
+    this process; its limit is the process's resident memory plus `headroom` bytes."""
+    with open("/proc/self/status") as f:
+        rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    limit = str(rss + headroom)
+    with open("/proc/self/cgroup") as f:
+        lines = [line.strip().split(":", 2) for line in f]
+    v1 = [path for _, controllers, path in lines if "memory" in controllers.split(",")]
+    if v1:
+        parent = "/sys/fs/cgroup/memory" + v1[0]
+        limit_file = "memory.limit_in_bytes"
+    else:
+        parent = "/sys/fs/cgroup" + next(path for h, _, path in lines if h == "0")
+        limit_file = "memory.max"
+    cgroup = os.path.join(parent.rstrip("/"), f"rs-incident-oom-{os.getpid()}")
+    os.makedirs(cgroup, exist_ok=True)
+    with open(os.path.join(cgroup, limit_file), "w") as f:
+        f.write(limit)
+    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+    return cgroup
 
 
 def save_checkpoint(model: torch.nn.Module, job_dir: str) -> None:

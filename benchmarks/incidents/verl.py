@@ -50,6 +50,21 @@ def run_fault(job_dir: str, *, fault: str, faulty: int = FAULT_RANK) -> None:
     worker_group().train(job_dir, fault, faulty, None)
 
 
+class TaskRunner:
+    """verl's controller actor (main_ppo's TaskRunner): it builds the worker group and calls
+    it; the `python -m` driver only waits for it in `ray.get`."""
+
+    def run(self, job_dir: str, fault: str) -> None:
+        worker_group().train(job_dir, fault, FAULT_RANK, None)
+
+
+def run_controller(job_dir: str, *, fault: str) -> None:
+    import ray
+
+    runner = ray.remote(num_cpus=1)(TaskRunner).remote()
+    ray.get(runner.run.remote(job_dir, fault))
+
+
 def run_idle(job_dir: str) -> None:
     """Healthy: 20 steps, then 60 s with no call, again and again (a rollout phase elsewhere)."""
     workers = worker_group()
@@ -80,4 +95,15 @@ INCIDENTS: list[Incident] = [
     _fault("straggler", ("straggler",)),
     _fault("stall_ray_get", ("hang",)),
     _fault("exit", ("death",), where=False),
+    Incident(
+        name=f"{CLIENT}-controller",
+        client=CLIENT,
+        description="verl's TaskRunner waits in a worker-group call; worker 2 stalls in its loader",
+        run=partial(run_controller, fault="stall_loader"),
+        expected=Expected(
+            ("hang",),
+            (FAULT_RANK,),
+            where_of(os.path.join(os.path.dirname(__file__), "train.py"), "stall_loader"),
+        ),
+    ),
 ]
