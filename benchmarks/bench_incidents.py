@@ -348,13 +348,26 @@ def report(address: str, job_id: str) -> Poll:
     except subprocess.TimeoutExpired:
         return Poll(time.time(), time.time() - begun, 124, None, "report timed out")
     ended = time.time()
-    try:
-        data = json.loads(done.stdout)["data"]
-    except (ValueError, KeyError, TypeError):
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return Poll(ended, ended - begun, done.returncode, None, f"(exit {done.returncode}) {last}")
+    data = _envelope(done.stdout)
+    if data is None:
+        said = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        return Poll(ended, ended - begun, done.returncode, None, f"(exit {done.returncode}) {said}")
     diagnosis = data.get("diagnosis")
     return Poll(ended, ended - begun, done.returncode, diagnosis, str(data.get("verdict", "")))
+
+
+def _envelope(stdout: str) -> dict[str, Any] | None:
+    """The `--json` envelope's data; anything printed before the JSON (a library's warning
+    on stdout) is skipped."""
+    start = stdout.find("{")
+    while start != -1:
+        try:
+            data = json.loads(stdout[start:])["data"]
+            return data if isinstance(data, dict) else None
+        except (ValueError, KeyError, TypeError):
+            start = stdout.find("\n{", start + 1)
+            start = start + 1 if start != -1 else -1
+    return None
 
 
 def judge(expected: Any, diagnosis: dict[str, Any] | None) -> bool:
