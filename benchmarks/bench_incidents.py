@@ -109,6 +109,8 @@ class Result:
     where (a reader's check, not the score)."""
     t_alert: float | None = None
     alert: str = ""
+    alert_names_culprit: bool | None = None
+    """Whether the first alert is about the culprit rank (None: no alert, or no rank expected)."""
     polls: int = 0
     report_s: float = 0.0
     """The median time one `report` took."""
@@ -294,6 +296,8 @@ def _watch_incident(
         first = alerts[0]
         result.t_alert = first.received - at
         result.alert = _alert_text(first.body)
+        if expected.ranks:
+            result.alert_names_culprit = first.body.get("rank") in expected.ranks
     result.false_alerts = len(early)
     _poll_stats(result, polls)
 
@@ -485,6 +489,7 @@ def print_scoreboard(results: list[Result], total: float) -> None:
     verdicts = [r.t_verdict for r in faults if r.t_verdict is not None]
     alerts = [r.t_alert for r in faults if r.t_alert is not None]
     named = [r.t_named for r in faults if r.t_named is not None]
+    alerted = [r for r in faults if r.alert_names_culprit is not None]
     print(f"\ntop-1 right: {len(right)}/{len(faults)}")
     for label, xs in (
         ("symptom to right verdict", verdicts),
@@ -498,6 +503,9 @@ def print_scoreboard(results: list[Result], total: float) -> None:
             )
         else:
             print(f"{label}: none")
+    if alerted:
+        right = sum(bool(r.alert_names_culprit) for r in alerted)
+        print(f"first alert names the culprit rank: {right} of {len(alerted)}")
     healthy = [r for r in results if r.healthy]
     if healthy:
         print(
