@@ -132,7 +132,7 @@ def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True, **kw: Any)
     return Incident(
         name=f"{CLIENT}-{fault}",
         client=CLIENT,
-        description=f"{fault} on rank {FAULT_RANK}",
+        description=f"rank {FAULT_RANK} {train.FAULTS[fault]}",
         run=partial(run_group, fault=fault, **kw),
         expected=Expected(kinds, (FAULT_RANK,), where_of(path, fault) if where else ""),
     )

@@ -45,7 +45,7 @@ def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True) -> Inciden
     return Incident(
         name=f"{CLIENT}-{fault}",
         client=CLIENT,
-        description=f"{fault} on world rank {FAULT_RANK} in train_loop_per_worker",
+        description=f"world rank {FAULT_RANK} {train.FAULTS[fault]}",
         run=partial(run_fault, fault=fault),
         expected=Expected(kinds, (FAULT_RANK,), where_of(path, fault) if where else ""),
     )

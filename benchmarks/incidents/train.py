@@ -35,6 +35,38 @@ LEAK_CAP = 1 << 30
 NUMERIC = ("nan", "loss_spike", "divergence", "drift", "leak", "loss_divergence")
 """Incidents whose user code reports its numbers: `rankscope.step(loss=...)` and friends."""
 
+FAULTS = {
+    "exception": "raises ValueError in its step; the others wait in all_reduce",
+    "stall_loader": "stalls in its data loader (a sleep)",
+    "stall_lock": "blocks on a lock another thread holds forever",
+    "stall_queue": "blocks on a prefetch queue nothing fills",
+    "stall_child": "waits for a child process that never ends",
+    "stall_ray_get": "waits in ray.get on an actor that never answers",
+    "spin": "spins in its own code forever (busy, no progress)",
+    "sigkill": "is killed by SIGKILL",
+    "exit": "exits (os._exit(3))",
+    "oom": "is killed by the kernel's OOM killer (a memory cgroup of its own)",
+    "node_lost": "loses its node (the node is removed from the cluster)",
+    "extra_collective": "calls one barrier the others do not",
+    "shape": "all_reduces one more element than the others",
+    "dtype": "all_reduces float64 where the others pass float32",
+    "kind": "broadcasts where the others all_reduce",
+    "cross_group": "enters a second group's all_reduce before the default group's",
+    "straggler": "computes twice as long every step",
+    "straggler_data": "reads each batch slowly",
+    "drift": "slows by 5 ms more every step",
+    "nan": "feeds a NaN into its batch once (watch_nan)",
+    "loss_spike": "has one batch 30x too large (rankscope.step(loss=))",
+    "loss_divergence": "trains on shifted labels: its loss stays apart",
+    "divergence": "skips the gradient sync: its weights drift (verify_distributed_tensors)",
+    "leak": "keeps 4 MiB more every step",
+    "breakpoint": "stops at a breakpoint() left in the code",
+    "error_burst": "logs 10 errors a step for 5 steps (stdlib logging)",
+    "env_skew": "runs with its own NCCL_ALGO and TORCH_NCCL_BLOCKING_WAIT",
+    "checkpoint": "(healthy) rank 0 saves a checkpoint for 20 s; the others wait in a barrier",
+}
+"""What each fault does on the faulty rank, for the catalog's listing."""
+
 log = logging.getLogger("train.data")
 _cache_lock = threading.Lock()
 

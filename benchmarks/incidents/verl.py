@@ -80,7 +80,7 @@ def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True) -> Inciden
     return Incident(
         name=f"{CLIENT}-{fault}",
         client=CLIENT,
-        description=f"{fault} on worker {FAULT_RANK} in a ONE_TO_ALL method",
+        description=f"worker {FAULT_RANK} {train.FAULTS[fault]}",
         run=partial(run_fault, fault=fault),
         expected=Expected(kinds, (FAULT_RANK,), where_of(path, fault) if where else ""),
     )
