@@ -182,9 +182,13 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     total = time.time() - started
     print_scoreboard(results, total)
+    load = os.getloadavg()
+    cpus = os.cpu_count()
+    print(f"load average at the end: {load[0]:.1f} (1 min), {load[2]:.1f} (15 min); {cpus} CPUs")
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"seconds": total, "results": [asdict(r) for r in results]}, f, indent=1)
+            out = {"seconds": total, "load_average": load, "results": [asdict(r) for r in results]}
+            json.dump(out, f, indent=1)
     return 0
 
 
