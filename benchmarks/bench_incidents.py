@@ -130,6 +130,7 @@ def main() -> int:
     parser.add_argument("--healthy-s", type=float, default=None, help="healthy polling, s")
     parser.add_argument("--no-healthy", action="store_true", help="skip healthy scenarios")
     parser.add_argument("--json-out", default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (driver logs)")
     parser.add_argument("-v", "--verbose", action="store_true", help="each report's change")
     parser.add_argument("--list", action="store_true", help="print the catalog and exit")
     args = parser.parse_args()
@@ -179,7 +180,10 @@ def main() -> int:
     finally:
         cluster.shutdown()
         server.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            print(f"kept Ray's files, the run directory and each job's driver.log: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     total = time.time() - started
     print_scoreboard(results, total)
     load = os.getloadavg()
@@ -256,8 +260,10 @@ def _lose_node(cluster: Any, node: Any, job_dir: str) -> None:
         if time.time() > deadline or os.path.exists(os.path.join(job_dir, "stop")):
             return
         time.sleep(0.2)
-    with open(os.path.join(job_dir, "symptom"), "w") as f:
+    symptom = os.path.join(job_dir, "symptom")
+    with open(symptom + ".tmp", "w") as f:
         f.write(repr(time.time()))
+    os.replace(symptom + ".tmp", symptom)
     cluster.remove_node(node, allow_graceful=False)
 
 
