@@ -177,9 +177,8 @@ def load_batch(
     if at and fault == "stall_child":
         mark_symptom(job_dir)
         pid_file = os.path.join(job_dir, "child.pid")  # the benchmark ends it after the job
-        subprocess.run(
-            ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 3600"]
-        )  # incident: stall_child
+        child = ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 3600"]
+        subprocess.run(child, check=False)  # incident: stall_child
     if at and fault == "stall_ray_get":
         import ray
 
@@ -230,8 +229,8 @@ def compute(step: int, job_dir: str, fault: str, at: bool) -> None:
 def spin() -> None:
     """A rank busy in its own code forever (CPU is not progress)."""
     total = 0
-    while True:
-        total += 1  # incident: spin
+    while True:  # incident: spin (where a sampled stack of this loop lands)
+        total += 1
 
 
 def reduce_gradients(flat: torch.Tensor, job_dir: str, fault: str, at: bool) -> None:
