@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests keep Ray's files in a temp dir and never report usage.
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-incidents clean
 
 $(STAMP): pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# Issue 30's blind triage: every incident of benchmarks/incidents/ as a real job (~40 min).
+bench-incidents: $(STAMP)
+	$(BIN)/python benchmarks/bench_incidents.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

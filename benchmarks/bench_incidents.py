@@ -1,0 +1,532 @@
+"""Blind triage (issue 30): each incident of the catalog as a real job; only `rankscope report`.
+
+For each incident (benchmarks/incidents/) the benchmark starts the job's driver against one
+local Ray cluster, waits for the faulty rank to mark its symptom's start, then runs only
+`rankscope report --json --address A --job J` about every second until the report's
+`data.diagnosis` is right (kind, culprit ranks and where) or `--limit` seconds pass. A small HTTP
+server is the job's alert webhook (RANKSCOPE_ALERT_WEBHOOK): the first alert's receipt time,
+against the symptom's, is the time to alert with no command run. Healthy scenarios are polled
+for 3 minutes (`--long`: 10) and count false findings (a "fail" diagnosis, or exit 1) and alerts.
+
+Run: .venv/bin/python benchmarks/bench_incidents.py [--only a,b] [--client verl] [--json-out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.server
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+CLUSTER_CPUS = 8
+"""Logical CPUs of the one cluster: a job's 4 ranks and its helpers fit, two cores or not."""
+SYMPTOM_WAIT_S = 240.0
+"""A job's start-up at most (workers import torch on two loaded cores), before its symptom."""
+HEALTHY_S = 180.0
+HEALTHY_LONG_S = 600.0
+POLL_S = 1.0
+REPORT_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Alert:
+    received: float
+    body: dict[str, Any]
+
+
+@dataclass
+class Webhook:
+    """The jobs' alert webhook: every POST's JSON body and when it arrived."""
+
+    alerts: list[Alert] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def serve(self) -> tuple[http.server.ThreadingHTTPServer, str]:
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                received = time.time()
+                length = int(self.headers.get("Content-Length", 0))
+                with contextlib.suppress(ValueError):
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                    with sink.lock:
+                        sink.alerts.append(Alert(received, body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+    def of_job(self, job_id: str) -> list[Alert]:
+        with self.lock:
+            return [a for a in self.alerts if a.body.get("job_id") == job_id]
+
+
+@dataclass
+class Poll:
+    """One `rankscope report --json` run: when it ended, its exit code, what it said."""
+
+    ended: float
+    seconds: float
+    code: int
+    diagnosis: dict[str, Any] | None
+    verdict: str
+
+
+@dataclass
+class Result:
+    name: str
+    client: str
+    expected: str
+    healthy: bool
+    job_id: str = ""
+    symptom_at: float | None = None
+    got: str = ""
+    correct: bool = False
+    t_verdict: float | None = None
+    startup_s: float | None = None
+    """From the driver's start to the symptom: the job's start-up and its healthy steps."""
+    t_named: float | None = None
+    """Until `data.diagnosis` exists: when the verdict sentence first named the culprit and
+    where (a reader's check, not the score)."""
+    t_alert: float | None = None
+    alert: str = ""
+    alert_names_culprit: bool | None = None
+    """Whether the first alert is about the culprit rank (None: no alert, or no rank expected)."""
+    polls: int = 0
+    report_s: float = 0.0
+    """The median time one `report` took."""
+    false_findings: int = 0
+    false_alerts: int = 0
+    note: str = ""
+    history: list[tuple[float, str]] = field(default_factory=list)
+    """What the reports said, each change once: (s since the symptom or the start, text)."""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="", help="incident names, comma-separated")
+    parser.add_argument("--client", choices=("actors", "verl", "raytrain"), default=None)
+    parser.add_argument("--limit", type=float, default=60.0, help="s to a right verdict")
+    parser.add_argument("--long", action="store_true", help="healthy scenarios for 10 min")
+    parser.add_argument("--healthy-s", type=float, default=None, help="healthy polling, s")
+    parser.add_argument("--no-healthy", action="store_true", help="skip healthy scenarios")
+    parser.add_argument("--json-out", default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (driver logs)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="each report's change")
+    parser.add_argument("--list", action="store_true", help="print the catalog and exit")
+    args = parser.parse_args()
+
+    sys.path.insert(0, HERE)
+    from incidents.catalog import catalog
+
+    chosen = catalog()
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(names) - {i.name for i in chosen})
+        if unknown:
+            parser.error(f"--only: unknown {', '.join(unknown)}")
+        chosen = [i for i in chosen if i.name in names]
+    if args.client:
+        chosen = [i for i in chosen if i.client == args.client]
+    if args.no_healthy:
+        chosen = [i for i in chosen if not i.healthy]
+    if args.list:
+        for i in chosen:
+            want = i.expected.describe() if i.expected else "no finding"
+            print(f"{i.name:32} {i.client:9} {want}")
+        return 0
+    healthy_s = args.healthy_s or (HEALTHY_LONG_S if args.long else HEALTHY_S)
+
+    tmp = tempfile.mkdtemp(prefix="rs-incidents-", dir="/tmp")
+    webhook = Webhook()
+    server, url = webhook.serve()
+    _cluster_env(tmp, url)
+    from ray.cluster_utils import Cluster
+
+    started = time.time()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": CLUSTER_CPUS, "include_dashboard": False},
+    )
+    results: list[Result] = []
+    try:
+        for incident in chosen:
+            print(f"--- {incident.name}: {incident.description}", flush=True)
+            result = run_one(incident, cluster, tmp, webhook, args.limit, healthy_s)
+            print(f"    {_row_text(result)}", flush=True)
+            if args.verbose:
+                for at, said in result.history:
+                    print(f"      {at:6.1f} s  {said[:300]}", flush=True)
+            results.append(result)
+    finally:
+        cluster.shutdown()
+        server.shutdown()
+        if args.keep:
+            print(f"kept Ray's files, the run directory and each job's driver.log: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    total = time.time() - started
+    print_scoreboard(results, total)
+    load = os.getloadavg()
+    cpus = os.cpu_count()
+    print(f"load average at the end: {load[0]:.1f} (1 min), {load[2]:.1f} (15 min); {cpus} CPUs")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            out = {"seconds": total, "load_average": load, "results": [asdict(r) for r in results]}
+            json.dump(out, f, indent=1)
+    return 0
+
+
+def _cluster_env(tmp: str, webhook_url: str) -> None:
+    """Before the cluster starts: its workers and the drivers inherit these."""
+    os.environ["RAY_TMPDIR"] = tmp
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ.pop("RAY_ADDRESS", None)
+    os.environ["RANKSCOPE_RUN_DIR"] = os.path.join(tmp, "runs")
+    os.environ["RANKSCOPE_ALERT_WEBHOOK"] = webhook_url
+    os.environ["OMP_NUM_THREADS"] = "1"
+    path = [SRC, HERE, os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+
+
+def run_one(
+    incident: Any, cluster: Any, tmp: str, webhook: Webhook, limit: float, healthy_s: float
+) -> Result:
+    address = cluster.address
+    job_dir = os.path.join(tmp, "jobs", incident.name)
+    os.makedirs(job_dir)
+    node = None
+    if incident.node:  # a second node, lost once the faulty rank runs there
+        from incidents.common import NODE_RESOURCE
+
+        node = cluster.add_node(num_cpus=2, resources={NODE_RESOURCE: 4})
+        cluster.wait_for_nodes()
+        threading.Thread(target=_lose_node, args=(cluster, node, job_dir), daemon=True).start()
+    want = incident.expected.describe() if incident.expected else "no fail"
+    result = Result(incident.name, incident.client, want, incident.healthy)
+    launched = time.time()
+    with open(os.path.join(job_dir, "driver.log"), "w") as log:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "incidents.driver", incident.name, address, job_dir],
+            cwd=HERE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+        )
+    try:
+        assert driver.stdout is not None
+        result.job_id = driver.stdout.readline().strip()
+        if not result.job_id:
+            result.note = "the driver printed no job id"
+            return result
+        if incident.healthy:
+            _watch_healthy(result, address, job_dir, webhook, healthy_s)
+        else:
+            _watch_incident(result, incident.expected, address, job_dir, webhook, limit, driver)
+            if result.symptom_at is not None:
+                result.startup_s = result.symptom_at - launched
+    finally:
+        _tear_down(driver, job_dir, graceful=incident.healthy)
+        if node is not None and node in cluster.worker_nodes:
+            cluster.remove_node(node, allow_graceful=False)
+    return result
+
+
+def _lose_node(cluster: Any, node: Any, job_dir: str) -> None:
+    """When the rank on the added node says it trains there: the node goes, as a host dies."""
+    ready = os.path.join(job_dir, "node_ready")
+    deadline = time.time() + SYMPTOM_WAIT_S
+    while not os.path.exists(ready):
+        if time.time() > deadline or os.path.exists(os.path.join(job_dir, "stop")):
+            return
+        time.sleep(0.2)
+    symptom = os.path.join(job_dir, "symptom")
+    with open(symptom + ".tmp", "w") as f:
+        f.write(repr(time.time()))
+    os.replace(symptom + ".tmp", symptom)
+    cluster.remove_node(node, allow_graceful=False)
+
+
+def _watch_incident(
+    result: Result,
+    expected: Any,
+    address: str,
+    job_dir: str,
+    webhook: Webhook,
+    limit: float,
+    driver: subprocess.Popen[str],
+) -> None:
+    symptom = os.path.join(job_dir, "symptom")
+    deadline = time.time() + SYMPTOM_WAIT_S
+    while not os.path.exists(symptom):
+        if time.time() > deadline or driver.poll() is not None:
+            result.note = "no symptom: the job ended or never started its fault"
+            return
+        time.sleep(0.2)
+    with open(symptom) as f:
+        result.symptom_at = at = float(f.read())
+    polls: list[Poll] = []
+    while time.time() < at + limit:
+        begun = time.time()
+        poll = report(address, result.job_id)
+        polls.append(poll)
+        result.got = _said(poll)
+        _remember(result, poll.ended - at, result.got)
+        if result.t_named is None and names(expected, poll.verdict):
+            result.t_named = poll.ended - at
+        if judge(expected, poll.diagnosis):
+            result.correct = True
+            result.t_verdict = poll.ended - at
+            break
+        time.sleep(max(0.0, POLL_S - (time.time() - begun)))
+    time.sleep(1.0)  # an alert on its way
+    alerts = [a for a in webhook.of_job(result.job_id) if a.received >= at - 1.0]
+    early = [a for a in webhook.of_job(result.job_id) if a.received < at - 1.0]
+    if alerts:
+        first = alerts[0]
+        result.t_alert = first.received - at
+        result.alert = _alert_text(first.body)
+        if expected.ranks:
+            result.alert_names_culprit = first.body.get("rank") in expected.ranks
+    result.false_alerts = len(early)
+    _poll_stats(result, polls)
+
+
+def _watch_healthy(
+    result: Result, address: str, job_dir: str, webhook: Webhook, seconds: float
+) -> None:
+    """From the job's start (its start-up included): every report, every alert, is false."""
+    start = time.time()
+    polls: list[Poll] = []
+    worst = ""
+    while time.time() < start + seconds:
+        begun = time.time()
+        poll = report(address, result.job_id)
+        polls.append(poll)
+        _remember(result, poll.ended - start, _said(poll))
+        level = (poll.diagnosis or {}).get("level")
+        if poll.code == 1 or level == "fail":
+            result.false_findings += 1
+            worst = worst or _said(poll)
+        time.sleep(max(0.0, POLL_S - (time.time() - begun)))
+    alerts = webhook.of_job(result.job_id)
+    result.false_alerts = len(alerts)
+    if alerts:
+        result.alert = _alert_text(alerts[0].body)
+    result.got = worst or (_said(polls[-1]) if polls else "")
+    result.correct = result.false_findings == 0 and not alerts
+    _poll_stats(result, polls)
+
+
+def _remember(result: Result, at: float, said: str) -> None:
+    if not result.history or result.history[-1][1] != said:
+        result.history.append((round(at, 1), said))
+
+
+def _poll_stats(result: Result, polls: list[Poll]) -> None:
+    result.polls = len(polls)
+    if polls:
+        result.report_s = statistics.median(p.seconds for p in polls)
+    failed = [p for p in polls if p.code not in (0, 1)]
+    if failed and not result.note:
+        result.note = f"{len(failed)} report runs failed (exit {failed[-1].code})"
+
+
+def report(address: str, job_id: str) -> Poll:
+    """`rankscope report --json` on the live job, as a user runs it."""
+    begun = time.time()
+    command = [sys.executable, "-m", "rankscope.cli.main", "report", "--json"]
+    command += ["--address", address, "--job", job_id]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=REPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return Poll(time.time(), time.time() - begun, 124, None, "report timed out")
+    ended = time.time()
+    data = _envelope(done.stdout)
+    if data is None:
+        said = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        return Poll(ended, ended - begun, done.returncode, None, f"(exit {done.returncode}) {said}")
+    diagnosis = data.get("diagnosis")
+    return Poll(ended, ended - begun, done.returncode, diagnosis, str(data.get("verdict", "")))
+
+
+def _envelope(stdout: str) -> dict[str, Any] | None:
+    """The `--json` envelope's data; anything printed before the JSON (a library's warning
+    on stdout) is skipped."""
+    start = stdout.find("{")
+    while start != -1:
+        try:
+            data = json.loads(stdout[start:])["data"]
+            return data if isinstance(data, dict) else None
+        except (ValueError, KeyError, TypeError):
+            start = stdout.find("\n{", start + 1)
+            start = start + 1 if start != -1 else -1
+    return None
+
+
+def judge(expected: Any, diagnosis: dict[str, Any] | None) -> bool:
+    """Top-1: the kind, the culprit's ranks (or its name) and where, all right."""
+    if expected is None or not diagnosis:
+        return False
+    if diagnosis.get("kind") not in expected.kinds:
+        return False
+    ranks_matter = expected.ranks or not expected.culprit  # a named culprit that is no rank
+    if ranks_matter and sorted(diagnosis.get("ranks") or []) != sorted(expected.ranks):
+        return False
+    if expected.culprit and expected.culprit not in str(diagnosis.get("culprit", "")):
+        return False
+    return expected.where in str(diagnosis.get("where", ""))
+
+
+def names(expected: Any, verdict: str) -> bool:
+    """The sentence names the culprit (`rank N` for each rank, or its name) and the where."""
+    import re
+
+    for rank in expected.ranks:
+        if not re.search(rf"\branks? (\d+,)*{rank}\b", verdict):
+            return False
+    if expected.culprit and expected.culprit not in verdict:
+        return False
+    return expected.where in verdict
+
+
+def _said(poll: Poll) -> str:
+    d = poll.diagnosis
+    if d:
+        ranks = ",".join(map(str, d.get("ranks") or []))
+        return f"{d.get('kind')} {d.get('culprit')} [{ranks}] {d.get('where')} ({d.get('level')})"
+    return f"verdict: {poll.verdict}" if poll.verdict else "(no verdict)"
+
+
+def _alert_text(body: dict[str, Any]) -> str:
+    who = f"rank {body['rank']}" if body.get("rank") is not None else f"pid {body.get('pid')}"
+    return f"{body.get('rule')} ({who})"
+
+
+def _tear_down(driver: subprocess.Popen[str], job_dir: str, *, graceful: bool) -> None:
+    """Ends the job: its driver (Ray then ends the actors it owns) and what it left running."""
+    with open(os.path.join(job_dir, "stop"), "w") as f:
+        f.write("stop")
+    if graceful:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            driver.wait(timeout=30)
+    if driver.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    child = os.path.join(job_dir, "child.pid")
+    if os.path.exists(child):  # the stalled rank's child process, orphaned by its kill
+        with open(child) as f, contextlib.suppress(ValueError, ProcessLookupError):
+            os.kill(int(f.read().strip()), signal.SIGKILL)
+    cgroup = os.path.join(job_dir, "oom.cgroup")
+    if os.path.exists(cgroup):  # the out-of-memory kill's own memory cgroup, empty by now
+        with open(cgroup) as f:
+            path = f.read().strip()
+        for _ in range(20):
+            try:
+                os.rmdir(path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # its process is still going
+                time.sleep(0.5)
+    time.sleep(3.0)  # Ray ends the job's workers
+
+
+def _row_text(r: Result) -> str:
+    if r.healthy:
+        return (
+            f"false findings {r.false_findings}/{r.polls}, false alerts {r.false_alerts} "
+            f"{r.alert}; said: {r.got[:160]} {r.note}"
+        )
+    return (
+        f"{'RIGHT' if r.correct else 'wrong'} t_verdict={_s(r.t_verdict)} "
+        f"(sentence named it: {_s(r.t_named)}; start-up {_s(r.startup_s)}) "
+        f"t_alert={_s(r.t_alert)} {r.alert}; said: {r.got[:160]} {r.note}"
+    )
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f} s"
+
+
+def _p90(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(0.9 * (len(xs) - 1)))]
+
+
+def print_scoreboard(results: list[Result], total: float) -> None:
+    print(
+        "\n| incident | client | expected | got | correct | t_verdict | t_alert (rank) "
+        "| sentence named it |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        if r.healthy:
+            correct = (
+                "yes" if r.correct else f"NO ({r.false_findings} fail, {r.false_alerts} alerts)"
+            )
+        else:
+            correct = "yes" if r.correct else "no"
+        got = r.got.replace("|", "/")[:120] + (f" [{r.note}]" if r.note else "")
+        alert = f"{_s(r.t_alert)} {r.alert}".strip() if not r.healthy else r.alert or "-"
+        print(
+            f"| {r.name} | {r.client} | {r.expected} | {got} | {correct} | "
+            f"{_s(r.t_verdict)} | {alert} | {_s(r.t_named)} |"
+        )
+    faults = [r for r in results if not r.healthy]
+    right = [r for r in faults if r.correct]
+    verdicts = [r.t_verdict for r in faults if r.t_verdict is not None]
+    alerts = [r.t_alert for r in faults if r.t_alert is not None]
+    named = [r.t_named for r in faults if r.t_named is not None]
+    alerted = [r for r in faults if r.alert_names_culprit is not None]
+    print(f"\ntop-1 right: {len(right)}/{len(faults)}")
+    for label, xs in (
+        ("symptom to right verdict", verdicts),
+        ("symptom to alert", alerts),
+        ("symptom to a sentence naming culprit and where (not scored)", named),
+    ):
+        if xs:
+            print(
+                f"{label}: median {statistics.median(xs):.1f} s, p90 {_p90(xs):.1f} s "
+                f"({len(xs)} of {len(faults)})"
+            )
+        else:
+            print(f"{label}: none")
+    if alerted:
+        right = sum(bool(r.alert_names_culprit) for r in alerted)
+        print(f"first alert names the culprit rank: {right} of {len(alerted)}")
+    healthy = [r for r in results if r.healthy]
+    if healthy:
+        print(
+            f"healthy: {sum(r.false_findings for r in healthy)} false findings, "
+            f"{sum(r.false_alerts for r in healthy)} false alerts over {len(healthy)} scenarios"
+        )
+    reports = [r.report_s for r in results if r.polls]
+    if reports:
+        print(f"one report: median {statistics.median(reports):.1f} s")
+    print(f"whole run: {total / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Incidents on Ray Train's TorchTrainer: 4 CPU workers on gloo, the user's loop unchanged in
+`train_loop_per_worker` (which Ray Train runs in a thread of its own)."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from typing import Any
+
+from incidents import train
+from incidents.common import FAULT_RANK, WORLD, Expected, Incident, where_of
+
+CLIENT = "raytrain"
+
+
+def loop(config: dict[str, Any]) -> None:
+    """train_loop_per_worker."""
+    import ray.train
+
+    context = ray.train.get_context()
+    train.run(
+        context.get_world_rank(),
+        context.get_world_size(),
+        config["job_dir"],
+        config["fault"],
+        faulty=config["faulty"],
+    )
+
+
+def run_fault(job_dir: str, *, fault: str, faulty: int = FAULT_RANK) -> None:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        loop,
+        train_loop_config={"job_dir": job_dir, "fault": fault, "faulty": faulty},
+        scaling_config=ScalingConfig(num_workers=WORLD, use_gpu=False),
+        run_config=RunConfig(storage_path=os.path.join(job_dir, "ray_results")),
+    )
+    trainer.fit()
+
+
+def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True) -> Incident:
+    path = os.path.join(os.path.dirname(__file__), "train.py")
+    return Incident(
+        name=f"{CLIENT}-{fault}",
+        client=CLIENT,
+        description=f"world rank {FAULT_RANK} {train.FAULTS[fault]}",
+        run=partial(run_fault, fault=fault),
+        expected=Expected(kinds, (FAULT_RANK,), where_of(path, fault) if where else ""),
+    )
+
+
+INCIDENTS: list[Incident] = [
+    _fault("exception", ("exception",)),
+    _fault("stall_loader", ("hang",)),
+    _fault("sigkill", ("death",), where=False),
+    _fault("extra_collective", ("mismatch", "hang")),
+    _fault("shape", ("mismatch",)),
+    _fault("straggler", ("straggler",)),
+    _fault("stall_lock", ("hang",)),
+    _fault("exit", ("death",), where=False),
+]
