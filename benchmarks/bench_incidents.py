@@ -38,6 +38,9 @@ SYMPTOM_WAIT_S = 240.0
 HEALTHY_S = 180.0
 HEALTHY_LONG_S = 600.0
 POLL_S = 1.0
+ALERT_WAIT_S = 30.0
+"""After a right verdict, how long from the symptom the job stays up for its first alert: a
+hang is raised once its group waited 10 s, after a verdict that may come sooner."""
 REPORT_TIMEOUT_S = 120.0
 
 
@@ -300,6 +303,10 @@ def _watch_incident(
             break
         time.sleep(max(0.0, POLL_S - (time.time() - begun)))
     time.sleep(1.0)  # an alert on its way
+    while time.time() < at + ALERT_WAIT_S and not [  # alerts come by themselves: wait for one
+        a for a in webhook.of_job(result.job_id) if a.received >= at - 1.0
+    ]:
+        time.sleep(0.5)
     alerts = [a for a in webhook.of_job(result.job_id) if a.received >= at - 1.0]
     early = [a for a in webhook.of_job(result.job_id) if a.received < at - 1.0]
     if alerts:
