@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -111,7 +113,7 @@ def wrap(op: str, fn: Callable[..., Any], recorder: Any, p2p: bool) -> Any:
         "T": _tensor_type(),
     }  # fmt: skip
     source = _BODY.format(name=fn.__name__, params=params, args=args, bind=bind)
-    exec(compile(source, f"<rankscope recorder: {op}>", "exec"), namespace)
+    exec(compile(source, _source_file(op, source), "exec"), namespace)
     recorded = namespace[fn.__name__]
     recorded.__wrapped__ = fn
     recorded.__doc__ = fn.__doc__
@@ -158,3 +160,12 @@ def _tensor_type() -> type:
     import torch
 
     return torch.Tensor
+
+
+def _source_file(op: str, source: str) -> str:
+    """Where the generated wrapper says its code is: a path in this package, so stacks and
+    tracebacks count its frame as rankscope's (library), never the user's; its text is put in
+    `linecache` so a traceback still shows it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"_recorded_{op}.py")
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    return path
