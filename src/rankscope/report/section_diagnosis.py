@@ -114,6 +114,8 @@ def from_hang(
     where = _place_of(places, group, ranks) or _where_in(message)
     if kind is DiagnosisKind.HANG and _idle(places, group, ranks):
         kind, message = DiagnosisKind.MISMATCH, _ended(message, ranks)
+    elif kind is DiagnosisKind.HANG and in_debugger(data, group, ranks):
+        kind, message = DiagnosisKind.BREAKPOINT, _paused(message, ranks, where)
     return Diagnosis(
         kind,
         ranks_text(ranks) if ranks else "?",
@@ -138,6 +140,8 @@ def _stacks_section(
             kind = DiagnosisKind.HANG
             if _idle(places, group, ranks):
                 kind, message = DiagnosisKind.MISMATCH, _ended(message, ranks)
+            elif in_debugger(data, group, ranks):
+                kind, message = DiagnosisKind.BREAKPOINT, _paused(message, ranks, where)
             return Diagnosis(
                 kind,
                 ranks_text(ranks) if ranks else "?",
@@ -388,6 +392,34 @@ def ranks_text(ranks: Sequence[int]) -> str:
 
 
 _RANKS_IN = re.compile(r"\branks? ([\d,\-]+)")
+
+
+DEBUGGERS = ("/pdb.py", "/bdb.py", "/debugpy/", "/pydevd")
+"""Files of a debugger's frames: a rank there is paused at a breakpoint, not stuck."""
+
+
+def in_debugger(data: RunData, group: str | None, ranks: Sequence[int]) -> bool:
+    """Every culprit's active thread has a debugger's frame (a `breakpoint()` left in the code,
+    waiting for a terminal nobody has)."""
+    paused = set()
+    for report in data.stacks:
+        for g in report.get("groups", ()):
+            files = [str(f.get("filename", "")) for f in g.get("frames", ())]
+            if not any(d in f for f in files for d in DEBUGGERS):
+                continue
+            for m in g.get("members", ()):
+                if m.get("active") and m.get("rank") is not None:
+                    paused.add((m.get("group"), int(m["rank"])))
+    return bool(ranks) and all((group, r) in paused for r in ranks)
+
+
+def _paused(message: str, ranks: Sequence[int], where: str) -> str:
+    who = ranks_text(ranks)
+    return (
+        f"{who} {'is' if len(ranks) == 1 else 'are'} paused in a debugger"
+        + (f" at {where}" if where else "")
+        + f" (a breakpoint left in the code?; `rankscope debug list`); {message}"
+    )
 
 
 def _ranks_in(sentence: str) -> tuple[int, ...]:
