@@ -98,3 +98,17 @@ def test_a_collective_that_raises_tells_the_failure_listeners_and_goes_on_raisin
         failure_listeners.pop()
     assert raised == "Connection closed by peer" and told == [1]
     assert record.state is CallState.FAILED
+
+
+def test_a_process_that_imports_torch_distributed_later_records_from_its_import():
+    """The patch waits on the import (rankscope.import_hooks): no torch at start-up."""
+    import subprocess
+
+    code = (
+        "import sys; from rankscope.hang import recorder as r; r.record_when_imported(); "
+        "r.record_when_imported(); assert 'torch.distributed' not in sys.modules; "
+        "import torch.distributed as d; print(bool(r._installed), d.all_reduce.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "all_reduce"]

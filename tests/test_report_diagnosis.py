@@ -348,3 +348,27 @@ def test_a_throughput_that_only_fluctuates_is_a_note_and_a_drop_fails():
     drop = build_report(RunData("job", "hub", health=(health(-0.3),)), NOW)
     assert not drop.ok and drop.diagnosis is not None
     assert drop.diagnosis.kind is DiagnosisKind.THROUGHPUT_DRIFT
+
+
+def test_a_rank_paused_in_a_debugger_is_a_breakpoint():
+    stacks = _stacks({0: "all_reduce <- step train.py:80", 3: "readline <- step train.py:151"})
+    for g in stacks["groups"]:
+        if g["headline"].startswith("readline"):
+            g["frames"] = [{"function": "readline", "filename": "/usr/lib/python3.11/pdb.py",
+                            "lineno": 1, "library": True},
+                           {"function": "step", "filename": "/u/train.py", "lineno": 151,
+                            "library": False}]  # fmt: skip
+    data = RunData(
+        "job",
+        "hub",
+        processes=tuple(_process(r) for r in range(4)),
+        hang=(_waiting([0, 1, 2], 3),),
+        stacks=(stacks,),
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (
+        DiagnosisKind.BREAKPOINT,
+        (3,),
+        "train.py:151",
+    )
+    assert d.sentence.startswith("rank 3 is paused in a debugger at train.py:151")

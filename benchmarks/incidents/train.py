@@ -315,9 +315,10 @@ def save_checkpoint(model: torch.nn.Module, job_dir: str) -> None:
     import torch
 
     path = os.path.join(job_dir, "checkpoint.pt")
+    state = {"model": model.state_dict(), "optimizer": torch.zeros(2 << 20)}  # 8 MiB, as Adam's
     deadline = time.time() + CHECKPOINT_S
-    while time.time() < deadline:  # a slow file system: a chunk at a time
-        torch.save(model.state_dict(), path)
+    while time.time() < deadline:  # a slow file system: a shard at a time, 16 MiB/s
+        torch.save(state, path)
         time.sleep(0.5)
 
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
-import importlib.machinery
 import logging
 import os
 import sys
@@ -27,7 +25,6 @@ import sysconfig
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from functools import lru_cache
 from types import ModuleType, TracebackType
 from typing import Any
@@ -39,6 +36,7 @@ from rankscope.context import get_context
 from rankscope.failures.analysis import RateLimit, TraceFrame, alert_message, task_error
 from rankscope.failures.analysis import worth_recording as _worth_recording
 from rankscope.failures.model import EVENT_KIND, TaskError
+from rankscope.import_hooks import when_imported
 from rankscope.runtime import task_failure
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.probe import OWN_THREAD_PREFIX, Probe, register_startup
@@ -157,7 +155,7 @@ def install() -> None:
         task_failure.add_listener(_on_task_failure, first=True)
         task_failure.install()
         _chain_thread_hook()
-        _when_imported({_TRAIN_V2: _patch_train_v2, _TRAIN_V1: _patch_train_v1})
+        when_imported({_TRAIN_V2: _patch_train_v2, _TRAIN_V1: _patch_train_v1})
     except Exception as exc:
         log.warning("rankscope: exception hooks not installed: %s", exc)
 
@@ -213,45 +211,3 @@ def _patch_train_v1(module: ModuleType) -> None:
 
     setattr(propagate, _MARK, True)
     runner._propagate_exception = propagate
-
-
-def _when_imported(patches: dict[str, Callable[[ModuleType], None]]) -> None:
-    """Run each patch on its module now if it is imported, else right after its import."""
-    later = {}
-    for name, patch in patches.items():
-        module = sys.modules.get(name)
-        if module is None:
-            later[name] = patch
-        else:
-            with contextlib.suppress(Exception):
-                patch(module)
-    if later:
-        sys.meta_path.insert(0, _PatchOnImport(later))
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Runs a patch on a module as soon as it has executed; leaves `sys.meta_path` when done."""
-
-    def __init__(self, patches: dict[str, Callable[[ModuleType], None]]) -> None:
-        self._patches = dict(patches)
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        patch = self._patches.pop(fullname, None)
-        if patch is None:
-            return None
-        if not self._patches:
-            with contextlib.suppress(ValueError):
-                sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-
-        def exec_and_patch(module: ModuleType) -> None:
-            original_exec(module)
-            with contextlib.suppress(Exception):
-                patch(module)
-
-        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec

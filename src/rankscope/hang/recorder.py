@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
 import time
@@ -40,6 +38,7 @@ from rankscope.hang.model import (
     plain_shapes,
 )
 from rankscope.hang.wrappers import wrap
+from rankscope.import_hooks import when_imported
 
 COLLECTIVES = (
     "all_reduce",
@@ -351,11 +350,7 @@ def record_when_imported() -> None:
     Patching right after the import, before any user code can call a collective, keeps the
     ranks' own sequence counters aligned; workers that never import torch pay nothing.
     """
-    module = sys.modules.get("torch.distributed")
-    if module is not None:
-        _patch(module)
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+    when_imported({"torch.distributed": _patch})
 
 
 def stop_recording() -> None:
@@ -392,25 +387,3 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _is_work(value: Any) -> bool:
     return hasattr(value, "wait") and hasattr(value, "is_completed")
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches torch.distributed as soon as its module has executed."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch.distributed":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-
-        def exec_and_patch(module: ModuleType) -> None:
-            original_exec(module)
-            with contextlib.suppress(Exception):
-                _patch(module)
-
-        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec

@@ -22,11 +22,14 @@ from rankscope.runtime.protocol import ProbeStatus
 
 __all__ = [
     "VERDICT_ORDER",
+    "WAITS_FOR",
     "diagnose",
     "is_consequence",
     "moved",
     "own_errors",
+    "slow_culprits",
 ]
+
 VERDICT_ORDER = (
     "hang",
     "stacks",

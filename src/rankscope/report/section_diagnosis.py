@@ -45,6 +45,14 @@ _ALERT_KINDS = {
     "exception": DiagnosisKind.EXCEPTION,
     **_MONITOR_KINDS,
 }
+SENTENCE_KINDS = {
+    "ranks": DiagnosisKind.DEATH,
+    "trace": DiagnosisKind.STRAGGLER,
+    "memory": DiagnosisKind.OOM,
+    "debug": DiagnosisKind.BREAKPOINT,
+    "logs": DiagnosisKind.ERROR_BURST,
+}
+"""The kind of a section whose sentence is all there is to read (rank and line parsed)."""
 IDLE_LOOP = re.compile(r"\bmain_loop worker\.py:\d+")
 """Ray's worker loop, where a rank waits for its next task: its last task has ended."""
 
@@ -68,11 +76,8 @@ def from_section(
         "stacks": _stacks_section,
         "pending": _pending_section,
         "consistency": _consistency_section,
-        "memory": _memory_section,
         "monitor": _monitor_section,
         "alerts": _alerts_section,
-        "debug": _debug_section,
-        "logs": _logs_section,
         "environment": _environment_section,
     }
     build = builders.get(section.key)
@@ -80,8 +85,11 @@ def from_section(
     if found is not None:
         return found
     sentence = section.findings[0]
+    kind = SENTENCE_KINDS.get(section.key, DiagnosisKind.ALERT)
+    if section.key == "memory" and " leaks: " in sentence:
+        kind = DiagnosisKind.LEAK
     return Diagnosis(
-        _guess_kind(section.key),
+        kind,
         _culprit_in(sentence),
         _ranks_in(sentence),
         _where_in(sentence),
@@ -114,6 +122,8 @@ def from_hang(
     where = _place_of(places, group, ranks) or _where_in(message)
     if kind is DiagnosisKind.HANG and _idle(places, group, ranks):
         kind, message = DiagnosisKind.MISMATCH, _ended(message, ranks)
+    elif kind is DiagnosisKind.HANG and in_debugger(data, group, ranks):
+        kind, message = DiagnosisKind.BREAKPOINT, _paused(message, ranks, where)
     return Diagnosis(
         kind,
         ranks_text(ranks) if ranks else "?",
@@ -138,6 +148,8 @@ def _stacks_section(
             kind = DiagnosisKind.HANG
             if _idle(places, group, ranks):
                 kind, message = DiagnosisKind.MISMATCH, _ended(message, ranks)
+            elif in_debugger(data, group, ranks):
+                kind, message = DiagnosisKind.BREAKPOINT, _paused(message, ranks, where)
             return Diagnosis(
                 kind,
                 ranks_text(ranks) if ranks else "?",
@@ -222,22 +234,6 @@ def _consistency_section(
     return None
 
 
-def _memory_section(
-    section: Section, data: RunData, places: Mapping[tuple[str | None, int], str]
-) -> Diagnosis | None:
-    sentence = section.findings[0]
-    kind = DiagnosisKind.LEAK if " leaks: " in sentence else DiagnosisKind.OOM
-    return Diagnosis(
-        kind,
-        _culprit_in(sentence),
-        _ranks_in(sentence),
-        _where_in(sentence) or "memory",
-        sentence,
-        sentence,
-        source="memory",
-    )
-
-
 def _monitor_section(
     section: Section, data: RunData, places: Mapping[tuple[str | None, int], str]
 ) -> Diagnosis | None:
@@ -290,36 +286,6 @@ def _alerts_section(
             source="alerts",
         )
     return None
-
-
-def _debug_section(
-    section: Section, data: RunData, places: Mapping[tuple[str | None, int], str]
-) -> Diagnosis | None:
-    sentence = section.findings[0]
-    return Diagnosis(
-        DiagnosisKind.BREAKPOINT,
-        _culprit_in(sentence),
-        _ranks_in(sentence),
-        _where_in(sentence) or sentence.rsplit(" at ", 1)[-1],
-        sentence,
-        sentence,
-        source="debug",
-    )
-
-
-def _logs_section(
-    section: Section, data: RunData, places: Mapping[tuple[str | None, int], str]
-) -> Diagnosis | None:
-    sentence = section.findings[0]
-    return Diagnosis(
-        DiagnosisKind.ERROR_BURST,
-        _culprit_in(sentence),
-        _ranks_in(sentence),
-        _where_in(sentence),
-        sentence,
-        sentence,
-        source="logs",
-    )
 
 
 def _environment_section(
@@ -390,6 +356,34 @@ def ranks_text(ranks: Sequence[int]) -> str:
 _RANKS_IN = re.compile(r"\branks? ([\d,\-]+)")
 
 
+DEBUGGERS = ("/pdb.py", "/bdb.py", "/debugpy/", "/pydevd")
+"""Files of a debugger's frames: a rank there is paused at a breakpoint, not stuck."""
+
+
+def in_debugger(data: RunData, group: str | None, ranks: Sequence[int]) -> bool:
+    """Every culprit's active thread has a debugger's frame (a `breakpoint()` left in the code,
+    waiting for a terminal nobody has)."""
+    paused = set()
+    for report in data.stacks:
+        for g in report.get("groups", ()):
+            files = [str(f.get("filename", "")) for f in g.get("frames", ())]
+            if not any(d in f for f in files for d in DEBUGGERS):
+                continue
+            for m in g.get("members", ()):
+                if m.get("active") and m.get("rank") is not None:
+                    paused.add((m.get("group"), int(m["rank"])))
+    return bool(ranks) and all((group, r) in paused for r in ranks)
+
+
+def _paused(message: str, ranks: Sequence[int], where: str) -> str:
+    who = ranks_text(ranks)
+    return (
+        f"{who} {'is' if len(ranks) == 1 else 'are'} paused in a debugger"
+        + (f" at {where}" if where else "")
+        + f" (a breakpoint left in the code?; `rankscope debug list`); {message}"
+    )
+
+
 def _ranks_in(sentence: str) -> tuple[int, ...]:
     """The ranks a sentence names first (`rank 3: ...`, `ranks 2,5-6 ...`)."""
     match = _RANKS_IN.search(sentence)
@@ -409,11 +403,3 @@ def _culprit_in(sentence: str) -> str:
 def _where_in(sentence: str) -> str:
     found = FILE_LINE.findall(sentence)
     return os.path.basename(found[-1]) if found else ""
-
-
-def _guess_kind(key: str) -> DiagnosisKind:
-    return {
-        "ranks": DiagnosisKind.DEATH,
-        "trace": DiagnosisKind.STRAGGLER,
-        "memory": DiagnosisKind.OOM,
-    }.get(key, DiagnosisKind.ALERT)
