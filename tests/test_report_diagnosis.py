@@ -6,6 +6,8 @@ Ray's loop, a rank at its checkpoint, and one story across the page's sections.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rankscope.cli.output import to_json
 from rankscope.report.analysis import build_report
 from rankscope.report.diagnosis import is_consequence
@@ -372,3 +374,36 @@ def test_a_rank_paused_in_a_debugger_is_a_breakpoint():
         "train.py:151",
     )
     assert d.sentence.startswith("rank 3 is paused in a debugger at train.py:151")
+
+
+def test_a_straggler_its_group_waits_for_is_a_straggler_not_a_hang():
+    data = _saving_job(1.0, {"p0": "its collectives moved on"})
+    straggler = {"kind": "straggler", "ranks": [0], "step": None, "value": 2.0,
+                 "evidence": "rank 0 computes 2.0x the median", "advice": "look"}  # fmt: skip
+    data = replace(data, health=({"findings": [straggler]},))
+    report = build_report(data, NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.STRAGGLER, (0,))
+    stacks = next(s for s in report.sections if s.key == "stacks")
+    assert stacks.ok and "rank 0 is elsewhere" in stacks.notes[0]  # no hang beside it
+    alone = build_report(_saving_job(1.0, {"p0": "its collectives moved on"}), NOW)
+    assert alone.ok and alone.diagnosis is not None and alone.diagnosis.kind is DiagnosisKind.SLOW
+
+
+def test_a_rank_whose_collectives_moved_on_between_looks_moved():
+    from rankscope.context import RankContext
+    from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+    from rankscope.report.diagnosis import moved
+    from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
+
+    ctx = RankContext(0, 0, 4, "n0", "10.0.0.1", "h0", 100, "job", None, "W", None, "env", GROUP)
+
+    def row(seq: int) -> ProbeStatus:
+        record = CollectiveRecord("0", seq, "all_reduce", ((8,),), ("float32",), NOW, NOW,
+                                  CallState.COMPLETED, "train.py:9")  # fmt: skip
+        summaries = {"motion": "aa:0", "collectives": RecorderSnapshot((record,), {}, 0, True)}
+        info = ProbeInfo("a", ctx, "0", NOW)
+        return ProbeStatus(info, ProbeState.ALIVE, NOW, NOW, Progress(1, NOW), 0, 0, summaries)
+
+    assert moved([row(4)], [row(9)]) == {"a": "its collectives moved on"}
+    assert moved([row(4)], [row(4)]) == {}

@@ -6,11 +6,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from rankscope.report.diagnosis import WAITS_FOR, diagnose
+from rankscope.report.diagnosis import WAITS_FOR, diagnose, slow_culprits
 from rankscope.report.layout import process_label
 from rankscope.report.model import (
     Diagnosis,
-    DiagnosisKind,
     RunData,
     RunReport,
     Section,
@@ -46,7 +45,7 @@ def build_report(data: RunData, now: float) -> RunReport:
         if section is not None:
             built.append(section)
     found = diagnose(built, data)
-    sections = agree(tuple(built), found)
+    sections = agree(tuple(built), found, bool(slow_culprits(data)))
     try:
         events = timeline(data)
     except Exception as exc:  # the page goes on without its timeline
@@ -91,12 +90,15 @@ AGREEING = ("hang", "stacks", "ranks", "monitor")
 verdict that names a failing rank."""
 
 
-def agree(sections: tuple[Section, ...], found: Diagnosis | None) -> tuple[Section, ...]:
+def agree(
+    sections: tuple[Section, ...], found: Diagnosis | None, slow: bool = False
+) -> tuple[Section, ...]:
     """One page, one story: a section of AGREEING with no finding of its own beside a failing
     verdict is not drawn healthy; it says that its data shows none of it, and why that can be.
-    Beside a slow rank (a note), the hang and stacks findings about it become notes too."""
-    if found is not None and found.kind is DiagnosisKind.SLOW:
-        return tuple(
+    When the ranks a group waits for are slow, not stuck (`slow`), the hang and stacks findings
+    about them become notes."""
+    if slow:
+        sections = tuple(
             replace(s, findings=(), level=Severity.WARN, notes=(*s.findings, *s.notes))
             if s.key in WAITS_FOR
             else s
@@ -106,7 +108,7 @@ def agree(sections: tuple[Section, ...], found: Diagnosis | None) -> tuple[Secti
         return sections
     out = []
     for s in sections:
-        if s.key in AGREEING and s.ok and s.key != found.source:
+        if s.key in AGREEING and s.healthy and s.key != found.source:
             note = (
                 f"no finding here; the verdict ({found.kind.value}: {found.culprit}) comes from "
                 f"the {found.source} data, which this section's snapshot does not show (taken "

@@ -122,7 +122,7 @@ def _from_hub(
         stacks = tuple(plain(r) for r in stack_reports(address, job_id, None, client=client))
         if _any_finding(hang) or _any_finding(stacks):  # slow, or stuck? look at them move
             time.sleep(max(0.0, MOTION_GAP_S - (time.monotonic() - looked_at)))
-            moving = moved(status.processes, client.probes(job_id, ["motion"]))
+            moving = moved(status.processes, client.probes(job_id, ["motion", "collectives"]))
         top = tuple(plain(t) for t in tops(client, job_id))
         try:
             series, health = _monitor(client, job_id)

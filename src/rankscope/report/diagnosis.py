@@ -90,15 +90,17 @@ def diagnose(sections: Sequence[Section], data: RunData) -> Diagnosis | None:
     if found is not None:
         return found
     by_key = {s.key: s for s in sections}
+    slow: Diagnosis | None = None
     for key in [*VERDICT_ORDER, *(k for k in by_key if k not in VERDICT_ORDER)]:
         section = by_key.get(key)
         if section is None or not section.findings:
             continue
         found = from_section(section, data, places)
         if key in WAITS_FOR and slow_culprits(data):
-            return _slow(found, data, places)
+            slow = slow or _slow(found, data, places)
+            continue  # a failure elsewhere (a straggler's finding) is the verdict, if any
         return found
-    return None
+    return slow
 
 
 WAITS_FOR = ("hang", "stacks")
@@ -371,8 +373,9 @@ def _node_of(data: RunData, probe_id: str) -> str | None:
 
 
 def moved(before: Sequence[ProbeStatus], after: Sequence[ProbeStatus]) -> dict[str, str]:
-    """Probe id -> what moved between two registry reads: its step, its call chain or its disk
-    I/O (the `motion` heartbeat summary). CPU alone is not motion: a spinning rank is stuck."""
+    """Probe id -> what moved between two registry reads: its step, its newest collective (a
+    rank that all_reduces every step, `rankscope.step()` or not), its call chain or its disk I/O
+    (the `motion` heartbeat summary). CPU alone is not motion: a spinning rank is stuck."""
     then = {p.info.probe_id: p for p in before}
     out = {}
     for p in after:
@@ -382,7 +385,17 @@ def moved(before: Sequence[ProbeStatus], after: Sequence[ProbeStatus]) -> dict[s
         if p.progress.step != old.progress.step:
             out[p.info.probe_id] = "its step moved"
             continue
+        if _newest_call(p) != _newest_call(old) and _newest_call(p) is not None:
+            out[p.info.probe_id] = "its collectives moved on"
+            continue
         a, b = str(old.summaries.get("motion") or ""), str(p.summaries.get("motion") or "")
         if change := what_moved(a, b):
             out[p.info.probe_id] = change
     return out
+
+
+def _newest_call(p: ProbeStatus) -> tuple[str, int] | None:
+    """(group, sequence number) of the newest collective in its heartbeat, None without one."""
+    snapshot: Any = p.summaries.get("collectives")
+    records = getattr(snapshot, "records", None) or ()
+    return (records[-1].group, records[-1].seq) if records else None
