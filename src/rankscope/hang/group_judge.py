@@ -2,9 +2,10 @@
 raises them, `alerts.deaths`, as it outlives a group torn down at its first death).
 
 The judge runs on the watchdog's thread of ranks 0-3 of each group; the lowest live one judges
-(as the monitor's group judge: `alerts.judge.judges_group`). Every `JUDGE_EVERY_S` it reads the
-hub once, lean (who lives, and since when each rank waits in a collective: `Progress`), and
-only when a rank of its group has waited (nearly) past `wait_threshold` or died does it read
+(as the monitor's group judge: `alerts.judge.judges_group`). Every `JUDGE_EVERY_S` while its
+own rank waits in a collective, else every `JUDGE_EVERY_LARGE_S`, it reads the hub once, lean
+(who lives, and since when each rank waits in a collective: `Progress`), and only when a
+rank of its group has waited (nearly) past `wait_threshold` or died does it read
 the group's `collectives`, `where` and `motion` heartbeat summaries and run `analyze_hang`, the
 analysis `rankscope hang` runs. A rank its group waits for that moved between two looks (its
 step, its call chain, its disk I/O: a checkpoint being written) is slow, not stuck: no alert
@@ -31,13 +32,15 @@ from rankscope.alerts.rules import publish
 from rankscope.context import get_context
 from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang, what_moved
 from rankscope.hang.model import RecorderSnapshot
-from rankscope.hang.recorder import failure_listeners
+from rankscope.hang.recorder import failure_listeners, oldest_call_start
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
 __all__ = ["GroupJudge", "group_alerts", "motions_of", "stuck_only", "wait_threshold"]
 
 JUDGE_EVERY_S = 2.0
-"""A hang is raised within this of passing its threshold (plus a heartbeat)."""
+"""While the judge's own rank waits in a collective (or a look is under way), a hang is
+raised within this of passing its threshold (plus a heartbeat); otherwise the judge reads the
+hub every JUDGE_EVERY_LARGE_S, so a healthy rank 0 pays one lean read per 10 s."""
 JUDGE_EVERY_LARGE_S = 10.0
 """In groups of more than `LARGE_GROUP` ranks: each lean read is a row per rank."""
 LARGE_GROUP = 256
@@ -151,7 +154,10 @@ class GroupJudge:
         _failed.clear()
         if ctx.rank is None or ctx.rank >= FALLBACK_RANKS:
             return
-        if now - self.at < self.every and not urgent:
+        since = oldest_call_start()  # this rank waits in a collective: its group may hang
+        waiting = since is not None and now - since >= WAIT_FLOOR_S - 2 * JUDGE_EVERY_S
+        every = self.every if waiting or self.motions else JUDGE_EVERY_LARGE_S
+        if now - self.at < every and not urgent:
             return
         self.at = now
         group = ctx.group or ""
