@@ -13,6 +13,7 @@ the job that started it).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,8 +67,6 @@ def first_death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus], now: float)
 @register_death_hook
 def death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus]) -> list[tuple[str, dict[str, Any]]]:
     """In the hub: the `alert` event for a first death, and its POST to the webhook."""
-    import time
-
     alert = first_death_alert(dead, job, time.time())
     if alert is None:
         return []

@@ -394,6 +394,9 @@ def _group_order(name: str) -> tuple[int, str]:
     return (0, f"{int(name):08d}") if name.isdigit() else (1, name)
 
 
+SLOW_LIMIT_S = 300.0
+"""A rank its group has waited for this long is stuck, moving or not (the watchdog's default
+`hang_timeout`): the report's verdict and the group judge's alerts both use it."""
 IO_MOTION_BYTES = 1 << 20
 """Storage I/O between two looks that counts as motion: a checkpoint writes megabytes, while a
 stuck rank's process may still write a log line or rankscope's own step file."""

@@ -30,7 +30,13 @@ from rankscope.alerts.judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.alerts.model import Alert
 from rankscope.alerts.rules import publish
 from rankscope.context import get_context
-from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang, what_moved
+from rankscope.hang.analysis import (
+    SLOW_LIMIT_S,
+    FindingKind,
+    RankEvidence,
+    analyze_hang,
+    what_moved,
+)
 from rankscope.hang.model import RecorderSnapshot
 from rankscope.hang.recorder import failure_listeners, oldest_call_start
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
@@ -48,9 +54,6 @@ WAIT_FLOOR_S = 10.0
 """A wait in a collective shorter than this is never a hang alert."""
 STEP_FACTOR = 5.0
 """...nor one shorter than this many of the group's median steps (slow steps wait longer)."""
-SLOW_LIMIT_S = 300.0
-"""A rank its group has waited for this long is stuck, moving or not (the watchdog's default
-`hang_timeout`)."""
 COOLDOWN_S = 300.0
 """An alert that still holds is raised again at most this often."""
 RULES = {

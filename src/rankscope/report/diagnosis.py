@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from rankscope.hang.analysis import what_moved
+from rankscope.hang.analysis import SLOW_LIMIT_S, what_moved
 from rankscope.report.layout import process_label
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section, Severity
 from rankscope.report.section_diagnosis import from_hang, from_section, rank_places, ranks_text
@@ -105,9 +105,6 @@ def diagnose(sections: Sequence[Section], data: RunData) -> Diagnosis | None:
 
 WAITS_FOR = ("hang", "stacks")
 """Sections whose finding is a group waiting for a rank: it may be slow rather than stuck."""
-SLOW_LIMIT_S = 300.0
-"""A rank its group has waited for this long is stuck, moving or not (the watchdog's default
-`hang_timeout`)."""
 
 
 def slow_culprits(data: RunData) -> dict[tuple[str | None, int], str]:

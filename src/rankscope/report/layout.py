@@ -21,6 +21,22 @@ def process_label(ctx: Mapping[str, Any]) -> str:
     return f"rank {rank}" if rank is not None else f"pid {ctx.get('pid')}@{ctx.get('hostname')}"
 
 
+def short_name(record: Mapping[str, Any]) -> str:
+    """A pending demand's or a holder's name without its module (`train.Worker` -> `Worker`),
+    or its id when it has none (an unnamed placement group)."""
+    return str(record.get("name") or record.get("id") or "?").rsplit(".", 1)[-1]
+
+
+def other_jobs_holders(verdict: Mapping[str, Any], job_id: str) -> list[Mapping[str, Any]]:
+    """The holders of another job that a pending verdict waits for (waiting for one's own
+    job's work is how a pipeline runs)."""
+    return [
+        h
+        for h in verdict.get("holders") or ()
+        if h.get("job_id") and str(h["job_id"]) != str(job_id)
+    ]
+
+
 def fold_rows(
     columns: tuple[str, ...],
     odd: Sequence[tuple[str, ...]],

@@ -15,6 +15,7 @@ from typing import Any
 from rankscope.ranks import format_ranks, parse_rank_spec
 from rankscope.report.environment import saved_results
 from rankscope.report.health import monitor_fails
+from rankscope.report.layout import other_jobs_holders, short_name
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section
 
 __all__ = ["IDLE_LOOP", "from_hang", "from_section", "rank_places", "ranks_text"]
@@ -169,17 +170,12 @@ def _pending_section(
     for p in data.pending:
         for v in p.get("verdicts", ()):
             if v.get("verdict") == "waiting":  # as pending_section: another job's holders
-                held = [
-                    h
-                    for h in v.get("holders") or ()
-                    if h.get("job_id") and str(h["job_id"]) != str(data.job_id)
-                ]
+                held = other_jobs_holders(v, data.job_id)
                 if held:
                     h = held[0]
-                    name = str(h.get("name") or h.get("id") or "?").rsplit(".", 1)[-1]
                     return Diagnosis(
                         DiagnosisKind.WAITING,
-                        f"{h.get('kind', '?')} {name} of job {h['job_id']}",
+                        f"{h.get('kind', '?')} {short_name(h)} of job {h['job_id']}",
                         (),
                         ", ".join(sorted((h.get("resources") or {}).keys())),
                         str(v.get("reason", "")),
@@ -189,8 +185,7 @@ def _pending_section(
             if v.get("verdict") != "infeasible":
                 continue
             demand = v.get("demand") or {}
-            name = str(demand.get("name") or demand.get("id") or "?").rsplit(".", 1)[-1]
-            culprit = f"{demand.get('kind', '?')} {name}"
+            culprit = f"{demand.get('kind', '?')} {short_name(demand)}"
             reason = str(v.get("reason", ""))
             short = sorted((demand.get("resources") or {}).keys())
             return Diagnosis(

@@ -16,7 +16,14 @@ from rankscope.ranks import format_ranks
 from rankscope.report.diagnosis import own_errors
 from rankscope.report.environment import environment_section
 from rankscope.report.health import alerts_section, logs_section, monitor_section
-from rankscope.report.layout import MAX_ROWS, fold_rows, process_label, series
+from rankscope.report.layout import (
+    MAX_ROWS,
+    fold_rows,
+    other_jobs_holders,
+    process_label,
+    series,
+    short_name,
+)
 from rankscope.report.model import Chart, RunData, Section, Table
 from rankscope.report.traces import trace_section
 from rankscope.report.trends import trends_section
@@ -130,8 +137,9 @@ def pending_section(data: RunData, now: float) -> Section | None:
     findings = []
     for v in verdicts:
         demand = v.get("demand") or {}
-        name = str(demand.get("name") or demand.get("id") or "?").rsplit(".", 1)[-1]
-        what = f"{demand.get('kind', '?')} {name}"  # an unnamed placement group: its id
+        what = (
+            f"{demand.get('kind', '?')} {short_name(demand)}"  # an unnamed placement group: its id
+        )
         rows.append((what, str(v.get("verdict", "?")), str(v.get("reason", ""))))
         if v.get("verdict") == "infeasible":
             findings.append(f"{what} can never be placed on this cluster: {v.get('reason', '')}")
@@ -148,15 +156,10 @@ def pending_section(data: RunData, now: float) -> Section | None:
 def _other_jobs(verdict: Mapping[str, Any], job_id: str) -> str:
     """The holders of another job that this job's pending work waits for, named (empty when
     none: waiting for its own job's work is how a pipeline runs)."""
-    held = [
-        h
-        for h in verdict.get("holders") or ()
-        if h.get("job_id") and str(h.get("job_id")) != str(job_id)
-    ]
     return "; ".join(
-        f"{h.get('kind', '?')} {str(h.get('name') or h.get('id') or '?').rsplit('.', 1)[-1]} "
-        f"of job {h['job_id']} ({_resources(h.get('resources') or {})})"
-        for h in held[:4]
+        f"{h.get('kind', '?')} {short_name(h)} of job {h['job_id']} "
+        f"({_resources(h.get('resources') or {})})"
+        for h in other_jobs_holders(verdict, job_id)[:4]
     )
 
 
