@@ -137,9 +137,7 @@ def pending_section(data: RunData, now: float) -> Section | None:
     findings = []
     for v in verdicts:
         demand = v.get("demand") or {}
-        what = (
-            f"{demand.get('kind', '?')} {short_name(demand)}"  # an unnamed placement group: its id
-        )
+        what = f"{demand.get('kind', '?')} {short_name(demand)}"
         rows.append((what, str(v.get("verdict", "?")), str(v.get("reason", ""))))
         if v.get("verdict") == "infeasible":
             findings.append(f"{what} can never be placed on this cluster: {v.get('reason', '')}")
