@@ -16,6 +16,7 @@ from incidents.common import (
     WORLD,
     Expected,
     Incident,
+    fault_incident,
     free_port,
     join_gloo,
     mark_symptom,
@@ -128,14 +129,8 @@ def run_waiting(job_dir: str) -> None:
 
 
 def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True, **kw: Any) -> Incident:
-    path = os.path.join(os.path.dirname(__file__), "train.py")
-    return Incident(
-        name=f"{CLIENT}-{fault}",
-        client=CLIENT,
-        description=f"rank {FAULT_RANK} {train.FAULTS[fault]}",
-        run=partial(run_group, fault=fault, **kw),
-        expected=Expected(kinds, (FAULT_RANK,), where_of(path, fault) if where else ""),
-    )
+    who, run = f"rank {FAULT_RANK}", partial(run_group, fault=fault, **kw)
+    return fault_incident(CLIENT, who, fault, train.FAULTS[fault], run, kinds, where)
 
 
 SKEWED = {"NCCL_ALGO": "Tree", "TORCH_NCCL_BLOCKING_WAIT": "1"}

@@ -69,6 +69,25 @@ class Incident:
         return self.expected is None
 
 
+TRAIN_PY = os.path.join(os.path.dirname(__file__), "train.py")
+"""The user's training code every client runs, whose `# incident:` lines are the answers."""
+
+
+def fault_incident(
+    client: str, who: str, fault: str, what: str, run: Callable[[str], None],
+    kinds: tuple[str, ...], where: bool,
+) -> Incident:  # fmt: skip
+    """The catalog entry of one fault of train.py on one client: rank FAULT_RANK (`who`, as
+    the client names it) does `what`; the answer is one of `kinds` at the fault's tagged line."""
+    return Incident(
+        name=f"{client}-{fault}",
+        client=client,
+        description=f"{who} {what}",
+        run=run,
+        expected=Expected(kinds, (FAULT_RANK,), where_of(TRAIN_PY, fault) if where else ""),
+    )
+
+
 def where_of(path: str, marker: str) -> str:
     """`file.py:LINE` of the line tagged `# incident: MARKER` in `path` (the culprit's line)."""
     tag = re.compile(rf"#\s*incident:.*\b{re.escape(marker)}\b")

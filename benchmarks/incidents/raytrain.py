@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from incidents import train
-from incidents.common import FAULT_RANK, WORLD, Expected, Incident, where_of
+from incidents.common import FAULT_RANK, WORLD, Incident, fault_incident
 
 CLIENT = "raytrain"
 
@@ -41,14 +41,8 @@ def run_fault(job_dir: str, *, fault: str, faulty: int = FAULT_RANK) -> None:
 
 
 def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True) -> Incident:
-    path = os.path.join(os.path.dirname(__file__), "train.py")
-    return Incident(
-        name=f"{CLIENT}-{fault}",
-        client=CLIENT,
-        description=f"world rank {FAULT_RANK} {train.FAULTS[fault]}",
-        run=partial(run_fault, fault=fault),
-        expected=Expected(kinds, (FAULT_RANK,), where_of(path, fault) if where else ""),
-    )
+    who, run = f"world rank {FAULT_RANK}", partial(run_fault, fault=fault)
+    return fault_incident(CLIENT, who, fault, train.FAULTS[fault], run, kinds, where)
 
 
 INCIDENTS: list[Incident] = [

@@ -9,7 +9,15 @@ from functools import partial
 from typing import Any
 
 from incidents import train
-from incidents.common import FAULT_RANK, WORLD, Expected, Incident, stopped, where_of
+from incidents.common import (
+    FAULT_RANK,
+    WORLD,
+    Expected,
+    Incident,
+    fault_incident,
+    stopped,
+    where_of,
+)
 
 CLIENT = "verl"
 IDLE_S = 60.0
@@ -76,14 +84,8 @@ def run_idle(job_dir: str) -> None:
 
 
 def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True) -> Incident:
-    path = os.path.join(os.path.dirname(__file__), "train.py")
-    return Incident(
-        name=f"{CLIENT}-{fault}",
-        client=CLIENT,
-        description=f"worker {FAULT_RANK} {train.FAULTS[fault]}",
-        run=partial(run_fault, fault=fault),
-        expected=Expected(kinds, (FAULT_RANK,), where_of(path, fault) if where else ""),
-    )
+    who, run = f"worker {FAULT_RANK}", partial(run_fault, fault=fault)
+    return fault_incident(CLIENT, who, fault, train.FAULTS[fault], run, kinds, where)
 
 
 INCIDENTS: list[Incident] = [
