@@ -1,8 +1,8 @@
 """The hub's heartbeat load, and the interval that keeps it bounded (issue 20).
 
 Every heartbeat is one Ray actor call into the one hub process; each costs the hub about
-`HUB_CPU_PER_HEARTBEAT_S` of CPU (measured with `benchmarks/bench_scale.py` on the 2-core
-development machine: 1.2-2.3 ms, ~1.5 ms typical; a bare async actor ~1.6 ms). At N live probes
+`HUB_CPU_PER_HEARTBEAT_S` of CPU, about what a bare async actor call costs
+(`benchmarks/bench_scale.py` measures both; docs/PERFORMANCE.md, Scale). At N live probes
 and an interval of T seconds the hub spends N x c / T cores on heartbeats alone: 4,096 probes at
 1 s need ~6 cores, and the calls it cannot take queue up, so every command answers late.
 
@@ -67,9 +67,9 @@ SMOOTHING = 0.2
 class HeartbeatCost:
     """The hub's CPU per heartbeat, measured live: its process CPU time over the heartbeats it
     took (direct polls and those a relay batched), clamped and smoothed, from
-    HUB_CPU_PER_HEARTBEAT_S on. The machine, the payload and the relays move it: measured
-    1.2-2.9 ms direct (more at 4,096 probes, whose registry sweeps cost too), 0.46-1.4 ms
-    through relays; commands meanwhile count in, which errs on the long side."""
+    HUB_CPU_PER_HEARTBEAT_S on. The machine, the payload and the relays move it (relayed
+    heartbeats cost less, a big registry's sweeps more; docs/PERFORMANCE.md, Scale); commands
+    meanwhile count in, which errs on the long side."""
 
     cost: float = HUB_CPU_PER_HEARTBEAT_S
     _cpu: float | None = None

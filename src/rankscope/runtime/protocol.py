@@ -68,8 +68,8 @@ both its memory per probe and its bytes per heartbeat, whatever features are add
 class Summaries(Mapping[str, Any]):
     """A probe's heartbeat summaries, by feature. Each crosses processes pickled once, as
     bytes, like a `CommandResult`'s payload: relays and the hub keep and pass them on without
-    unpickling, and a reader unpickles those it reads. At 4,096 ranks unpickling every
-    heartbeat's `collectives` summary was a third of the hub's CPU."""
+    unpickling, and a reader unpickles those it reads: unpickling every heartbeat's
+    `collectives` summary would be a large share of the hub's CPU at 4,096 ranks."""
 
     __slots__ = ("_packed", "_values")
 
@@ -198,9 +198,9 @@ class CommandResult:
     """A probe's answer to one command.
 
     Its payload crosses processes pickled once, as bytes: a relay and the hub pass it on
-    without unpickling it, and the reader unpickles it when it first reads `payload`. At 4,096
-    ranks, unpickling every `stacks` reply and pickling it again for the CLI was about a
-    quarter of the hub's CPU per fan-out.
+    without unpickling it, and the reader unpickles it when it first reads `payload`: at 4,096
+    ranks, unpickling every `stacks` reply and pickling it again for the CLI would be a large
+    share of the hub's CPU per fan-out.
 
     A probe's answer also says how far its training got when it answered (`progress`, with
     `answered_at` on the rank's clock): the hub's registry has it from the last heartbeat,
@@ -314,8 +314,8 @@ class ProbeStatus:
 
 class ProbeRows(list[ProbeStatus]):
     """Registry rows as the hub returns them: the whole list crosses as one plain pickle. Ray
-    pickles a method's result with cloudpickle, whose hook runs for every object: 4,096 rows
-    took 0.12 s of the hub's CPU that way, 0.03 s so."""
+    pickles a method's result with cloudpickle, whose hook runs for every object; one plain
+    pickle of the list costs the hub a fraction of that (docs/PERFORMANCE.md, Scale)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_unpickled_rows, (pickle.dumps(list(self), protocol=pickle.HIGHEST_PROTOCOL),))
