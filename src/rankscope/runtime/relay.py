@@ -13,7 +13,7 @@ The hub's registry, liveness, events and groups stay per probe, exactly as with 
 A command for relayed probes skips the hub altogether: the CLI asks the hub which relay each
 probe polls through (`Hub.fan_out_routes`) and calls each relay once (`RelayCore.commands`); the
 relay hands the command to its parked probes and returns their answers by the deadline. Through
-the hub, a fan-out cost it ~2 calls per node and every reply's bytes in and out again, seconds
+the hub, a fan-out costs it ~2 calls per node and every reply's bytes in and out again, seconds
 of its CPU per `stacks` at 4,096 ranks (docs/PERFORMANCE.md, Scale).
 
 `RelayCore` is the relay's logic (asyncio, no Ray): the Ray actor (`relay_actor.Relay`) wraps

@@ -37,8 +37,8 @@ progress has moved on by then, a stuck group has not. Not when the waiting ranks
 waited `analysis.LONG_WAIT_S` already, as their recorders say."""
 CONFIRM_ALL_UPTO = 256
 """Up to this many processes the second look takes them all again; past it, a sample of each
-finding's ranks (`analysis.confirm_sample`): at 4,096 ranks a second whole look cost as much
-hub time as the first."""
+finding's ranks (`analysis.confirm_sample`): at 4,096 ranks a second whole look costs as much
+hub time as the first (docs/PERFORMANCE.md, Scale)."""
 TASK_START_ALLOWANCE_S = 20.0
 """A py-spy task may first need a new Ray worker process on a busy node (seconds each)."""
 
@@ -142,8 +142,8 @@ def _as_child(parent: ProbeStatus, child: ChildProcess) -> ProbeStatus:
 
 MAX_PYSPY = 64
 """Processes one look py-spies at most. When the hub is overloaded, thousands of probes can miss
-the deadline at once (measured with the probe simulator: 512 silent probes, a task each, made
-`stacks` take 42 s instead of 4.5 s). The others are reported without a stack, and why."""
+the deadline at once, and a py-spy task for each would make `stacks` ten times slower
+(docs/PERFORMANCE.md, Scale). The others are reported without a stack, and why."""
 
 
 def pyspy_all(targets: list[tuple[ProbeStatus, str]]) -> list[ProcessStacks]:
