@@ -287,7 +287,7 @@ _COMPARED: tuple[tuple[str, Callable[[CollectiveRecord], Hashable], Callable[...
 )
 """What must match across ranks at one sequence number: the op, then the tensors (compared as
 shapes and dtypes, written out only for the message: at 4,096 ranks writing every record's
-tensors out was a third of the analysis)."""
+tensors out would be a third of the analysis)."""
 
 
 _SOURCE = attrgetter("source")

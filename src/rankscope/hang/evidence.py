@@ -29,15 +29,15 @@ SUMMARY_RECORDS = 16
 INLINE_RANKS = 256
 """A group's rank list rides along with the `collectives` reply up to this many ranks; a
 bigger group's comes from the hub, which has it once (`seen_groups`): at 4,096 ranks the lists
-were 16 KB of every rank's reply, 64 MB through the hub for one `rankscope hang`."""
+would be 16 KB of every rank's reply, 64 MB through the hub for one `rankscope hang`."""
 
 
 WINDOW_PER_GROUP = SUMMARY_RECORDS
 """The newest collectives of each group `rankscope hang` asks of every rank in a big job: the
 analysis aligns the ranks at the newest sequence numbers (who waits, who never entered), and a
 mismatch of ops or shapes stops a group within a call or two, so it lies among them. As many as
-a heartbeat carries (a silent rank's evidence). At 4,096 ranks 32 a rank were 131,072 records
-for the CLI to unpickle and compare, the largest part of `hang`'s own CPU."""
+a heartbeat carries (a silent rank's evidence), and no more: unpickling and comparing every
+rank's records is the largest part of `hang`'s own CPU (docs/PERFORMANCE.md, Scale)."""
 
 
 def newest_per_group(records: tuple[Any, ...], per_group: int) -> tuple[Any, ...]:
@@ -128,6 +128,6 @@ def _where_command(args: dict[str, Any]) -> str | None:
 
 def where_now() -> str | None:
     """Where this process is now, at any level. `rankscope hang` asks only this, not every
-    thread's stack: at 4,096 ranks the stacks were 8 MB and a fifth of the CLI's CPU."""
+    thread's stack: at 4,096 ranks the stacks are megabytes for the CLI to unpickle."""
     thread = active_thread(capture_threads())
     return None if thread is None else headline(thread.frames)
