@@ -103,7 +103,7 @@ class StepSample:
     """One `rankscope.step()`: its number, its `time.time()`, and the numbers it was given.
 
     Slotted and not frozen: a 4,096-rank report reads half a million of them, and a frozen
-    dataclass's `__init__` costs four times as much (0.37 s against 0.09 s). Treat as read-only.
+    dataclass's `__init__` costs four times as much. Treat as read-only.
     """
 
     step: int
