@@ -15,7 +15,7 @@
 
 4. `rankscope logs --follow`'s read on one node (`read_node` with offsets): the first read of
    a 200,000-line file against the next read after one more line (each later second's cost;
-   before, every second read the files whole again).
+   the baseline is the former reader, which read the files whole every second).
 
 Run: .venv/bin/python benchmarks/bench_logs.py [--trials 5] [--workers 8] [--records 100000]
      [--skip-cluster] [--follow-only] [--logs-only]

@@ -15,9 +15,9 @@
    for `memory` every 2 s the way the probe gets it from `--watch` (no hub: the probe's own
    dispatch, `Probe.run_command`, is called directly). Modes: no requests; the command as it is
    (off the probe thread, suspects reused for RANKSCOPE_SUSPECTS_INTERVAL); the same with the
-   reuse off (a tracemalloc comparison per request); and before this change (its comparison,
-   `filter_traces` + `compare_to`, inline on every request: reproduced here). Modes are
-   interleaved in rounds of --watch-seconds each; medians per mode.
+   reuse off (a tracemalloc comparison per request); and the former inline command (its
+   comparison, `filter_traces` + `compare_to`, on every request: reproduced here as the
+   baseline). Modes are interleaved in rounds of --watch-seconds each; medians per mode.
 Goal: under 1% overhead at one snapshot per step without tracemalloc; the watched step within a
 few % of the quiet one.
 """
