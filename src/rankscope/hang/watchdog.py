@@ -15,9 +15,9 @@ report; back at `light`, the time without a step counts from then.
 On ranks 0-3 the same thread runs the group's alert judge (`group_judge`), every 2 s.
 
 Cost: at most one stack capture per check interval (1 s, or `hang_timeout / 4`), none before
-the first step and none while steps come faster than that. Measured (2-core machine, median of
-200): one check of a process with 30 threads ~23 frames deep (700 frames) holds the GIL for
-about 1 ms: 0.87 ms `capture_threads`, 0.07 ms `find_work`; 0.1% of one core at 1 check/s.
+the first step and none while steps come faster than that. One check of a process with 30
+threads holds the GIL for about 1 ms, 0.1% of one core at 1 check/s (docs/PERFORMANCE.md,
+Runtime).
 """
 
 from __future__ import annotations
