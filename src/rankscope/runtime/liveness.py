@@ -26,8 +26,8 @@ from rankscope.runtime.protocol import ProbeInfo
 __all__ = ["NODE_SWEEP_S", "dead_nodes", "dead_nodes_of", "process_still_exists"]
 
 NODE_SWEEP_S = 3.0
-"""How often the hub reads Ray's node table (one GCS call of a millisecond or two, in a thread): a node Ray
-declared dead is known to rankscope within this of Ray's own verdict."""
+"""How often the hub reads Ray's node table (one GCS call of a millisecond or two, in a
+thread): a node Ray declared dead is known to rankscope within this of Ray's own verdict."""
 
 _NODE_DEATHS = {
     1: "removed",
