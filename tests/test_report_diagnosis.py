@@ -407,3 +407,27 @@ def test_a_rank_whose_collectives_moved_on_between_looks_moved():
 
     assert moved([row(4)], [row(9)]) == {"a": "its collectives moved on"}
     assert moved([row(4)], [row(4)]) == {}
+
+
+def test_a_sharp_monitor_finding_is_named_before_a_trend_and_a_straggler_says_where():
+    drift = {"kind": "throughput_drift", "ranks": [1], "step": 85, "value": -0.3,
+             "evidence": "rank 1 steps/s dropped 30%", "advice": "look"}  # fmt: skip
+    spike = {"kind": "loss_spike", "ranks": [2], "step": 40, "value": 9.0,
+             "evidence": "rank 2 loss 30x its median", "advice": "the batch"}  # fmt: skip
+    report = build_report(RunData("job", "hub", health=({"findings": [drift, spike]},)), NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (
+        DiagnosisKind.LOSS_SPIKE,
+        (2,),
+        "step 40",
+    )
+    monitor = next(s for s in report.sections if s.key == "monitor")
+    assert monitor.findings[0].startswith("loss_spike: rank 2 loss")  # the page agrees
+    straggler = {"kind": "straggler", "ranks": [2], "step": None, "value": 2.0,
+                 "where": "compute train.py:221",
+                 "evidence": "rank 2 computes 2.0x the median; it spends 48% of its time in "
+                             "compute train.py:221, its peers 0%", "advice": "look"}  # fmt: skip
+    report = build_report(RunData("job", "hub", health=({"findings": [drift, straggler]},)), NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.STRAGGLER, (2,))
+    assert d.where == "compute train.py:221" and "48% of its time" in d.why

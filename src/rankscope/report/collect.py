@@ -15,6 +15,7 @@ from rankscope.errors import UserError
 from rankscope.report.diagnosis import moved
 from rankscope.report.files import JobFiles, is_trace, read_job_files, read_on_hub_node
 from rankscope.report.model import RunData
+from rankscope.report.straggler_places import with_straggler_places
 from rankscope.runtime.run_dir import read_reports, tail_events
 from rankscope.serialize import plain
 
@@ -128,6 +129,10 @@ def _from_hub(
             series, health = _monitor(client, job_id)
         except Exception as exc:  # the page goes on without the series
             notes.append(f"the ranks' step series could not be read ({exc})")
+        try:
+            health = with_straggler_places(client, client.probes(job_id), health)
+        except Exception as exc:  # the page goes on without it
+            notes.append(f"the straggler's time could not be sampled ({exc})")
         try:
             from rankscope.doctor.collect import job_environments
 

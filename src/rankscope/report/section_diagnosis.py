@@ -14,7 +14,7 @@ from typing import Any
 
 from rankscope.ranks import format_ranks, parse_rank_spec
 from rankscope.report.environment import saved_results
-from rankscope.report.health import monitor_fails
+from rankscope.report.health import in_monitor_order, monitor_fails
 from rankscope.report.layout import other_jobs_holders, short_name
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section
 
@@ -232,17 +232,16 @@ def _consistency_section(
 def _monitor_section(
     section: Section, data: RunData, places: Mapping[tuple[str | None, int], str]
 ) -> Diagnosis | None:
-    for h in data.health:
-        for f in h.get("findings", ()):
-            if not monitor_fails(f):
-                continue
+    for f in in_monitor_order(f for h in data.health for f in h.get("findings", ())):
+        if monitor_fails(f):
             kind = _MONITOR_KINDS.get(str(f.get("kind")), DiagnosisKind.ALERT)
             ranks = tuple(int(r) for r in f.get("ranks") or ())
+            step = f"step {f['step']}" if f.get("step") is not None else ""
             return Diagnosis(
                 kind,
                 ranks_text(ranks) if ranks else "?",
                 ranks,
-                f"step {f['step']}" if f.get("step") is not None else "",
+                str(f.get("where") or step),
                 str(f.get("evidence", "")),
                 section.findings[0],
                 group=f.get("group") or None,
