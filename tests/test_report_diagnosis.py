@@ -431,3 +431,13 @@ def test_a_sharp_monitor_finding_is_named_before_a_trend_and_a_straggler_says_wh
     d = report.diagnosis
     assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.STRAGGLER, (2,))
     assert d.where == "compute train.py:221" and "48% of its time" in d.why
+
+
+def test_a_live_memory_trend_that_leaks_is_a_leak_at_the_resource():
+    leak = {"metric": "rss", "leak": True, "reason": "+20 MiB/step since step 3"}
+    reply = {"snapshot": {"pid": 12, "rss": 2 << 30}, "leaks": [leak]}
+    profile = {"data": {"memory": {"ranks": [{"pid": 12, "label": "rank 2"}]},
+                        "replies": [reply]}}  # fmt: skip
+    report = build_report(RunData("job", "hub", artifacts={"memory-live": profile}), NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (DiagnosisKind.LEAK, (2,), "rss")

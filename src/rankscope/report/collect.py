@@ -27,6 +27,10 @@ MONITOR_DEADLINE_S = 5.0
 MOTION_GAP_S = 2.0
 """Two reads of the ranks' `motion` at least this far apart (two heartbeats): a rank its group
 waits for that moved in between is slow, not stuck."""
+MEMORY_POINTS = 60
+"""Heartbeat snapshots of memory per rank the live report reads: a trend, not a history."""
+LIVE_MEMORY_RANKS = 64
+"""Up to this many ranks the Memory section charts every rank; past it, the leaking ones."""
 HANG_MIN_WAIT_S = 5.0
 """As `rankscope hang`'s default: a shorter wait in a collective is not yet a hang."""
 
@@ -134,6 +138,10 @@ def _from_hub(
         except Exception as exc:  # the page goes on without it
             notes.append(f"the straggler's time could not be sampled ({exc})")
         try:
+            artifacts = {**artifacts, **_live_memory(client, job_id)}
+        except Exception as exc:  # the page goes on without it
+            notes.append(f"the ranks' memory trend could not be read ({exc})")
+        try:
             from rankscope.doctor.collect import job_environments
 
             environment = tuple(plain(e) for e in job_environments(address, job_id))
@@ -198,6 +206,21 @@ def _monitor(
         return (), ()
     result = client.fan_out("monitor", live, deadline_s=MONITOR_DEADLINE_S)
     return monitor_data([r.payload for r in result.replies if isinstance(r.payload, RankSeries)])
+
+
+def _live_memory(client: Any, job_id: str) -> dict[str, Any]:
+    """The ranks' host memory trend and its leak test, as a memory profile the Memory section
+    reads: every rank's up to `LIVE_MEMORY_RANKS`, past it only the leaking ones."""
+    from rankscope.memory.collect import collect
+
+    probes = client.probes(job_id)
+    job = collect(client, job_id, probes, history=True, points=MEMORY_POINTS)
+    replies = list(job.replies.values())
+    if len(replies) > LIVE_MEMORY_RANKS:
+        replies = [r for r in replies if any(f.leak for f in r.leaks)]
+    if not replies:
+        return {}
+    return {"memory-live": {"data": plain({"memory": job.view, "replies": replies})}}
 
 
 def _job_files(

@@ -87,13 +87,15 @@ def from_section(
         return found
     sentence = section.findings[0]
     kind = SENTENCE_KINDS.get(section.key, DiagnosisKind.ALERT)
-    if section.key == "memory" and " leaks: " in sentence:
+    where = _where_in(sentence)
+    if section.key == "memory" and " leaks: " in sentence:  # "rank 2: rss leaks: ..."
         kind = DiagnosisKind.LEAK
+        where = where or sentence.split(" leaks: ", 1)[0].rsplit(": ", 1)[-1]
     return Diagnosis(
         kind,
         _culprit_in(sentence),
         _ranks_in(sentence),
-        _where_in(sentence),
+        where,
         sentence,
         sentence,
         source=section.key,

@@ -131,7 +131,7 @@ def run_waiting(job_dir: str) -> None:
     run_group(job_dir, fault="")
 
 
-def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True, **kw: Any) -> Incident:
+def _fault(fault: str, kinds: tuple[str, ...], *, where: bool | str = True, **kw: Any) -> Incident:
     who, run = f"rank {FAULT_RANK}", partial(run_group, fault=fault, **kw)
     return fault_incident(CLIENT, who, fault, train.FAULTS[fault], run, kinds, where)
 
@@ -152,7 +152,7 @@ INCIDENTS: list[Incident] = [
     _fault("nan", ("nan",), where=False),
     _fault("loss_spike", ("loss_spike",), where=False),
     _fault("divergence", ("divergence",), where=False),
-    _fault("leak", ("leak",)),
+    _fault("leak", ("leak",), where="rss"),
     Incident(
         name=f"{CLIENT}-infeasible",
         client=CLIENT,

@@ -75,16 +75,19 @@ TRAIN_PY = os.path.join(os.path.dirname(__file__), "train.py")
 
 def fault_incident(
     client: str, who: str, fault: str, what: str, run: Callable[[str], None],
-    kinds: tuple[str, ...], where: bool,
+    kinds: tuple[str, ...], where: bool | str,
 ) -> Incident:  # fmt: skip
     """The catalog entry of one fault of train.py on one client: rank FAULT_RANK (`who`, as
-    the client names it) does `what`; the answer is one of `kinds` at the fault's tagged line."""
+    the client names it) does `what`; the answer is one of `kinds` at the fault's tagged line
+    (`where=True`), at a resource (`where="rss"`: a leak's line needs an allocation tracer,
+    which no job runs unasked), or anywhere (`where=False`)."""
+    at = where if isinstance(where, str) else where_of(TRAIN_PY, fault) if where else ""
     return Incident(
         name=f"{client}-{fault}",
         client=client,
         description=f"{who} {what}",
         run=run,
-        expected=Expected(kinds, (FAULT_RANK,), where_of(TRAIN_PY, fault) if where else ""),
+        expected=Expected(kinds, (FAULT_RANK,), at),
     )
 
 
