@@ -275,7 +275,7 @@ def test_a_rank_that_does_not_move_or_waited_too_long_is_stuck():
 def test_what_counts_as_moving():
     from rankscope.context import RankContext
     from rankscope.hang.evidence import motion_of
-    from rankscope.report.diagnosis import moved
+    from rankscope.hang.motion import moved
     from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
     from rankscope.stacks.model import Frame
 
@@ -393,7 +393,7 @@ def test_a_straggler_its_group_waits_for_is_a_straggler_not_a_hang():
 def test_a_rank_whose_collectives_moved_on_between_looks_moved():
     from rankscope.context import RankContext
     from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
-    from rankscope.report.diagnosis import moved
+    from rankscope.hang.motion import moved
     from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 
     ctx = RankContext(0, 0, 4, "n0", "10.0.0.1", "h0", 100, "job", None, "W", None, "env", GROUP)

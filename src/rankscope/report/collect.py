@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from rankscope.errors import UserError
-from rankscope.report.diagnosis import moved
+from rankscope.hang.motion import moved
 from rankscope.report.files import JobFiles, is_trace, read_job_files, read_on_hub_node
 from rankscope.report.model import RunData
 from rankscope.report.straggler_places import with_straggler_places
