@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from rankscope.alerts.analysis import AlertGate as BaseGate
 from rankscope.alerts.model import Alert
-from rankscope.monitor.analysis import loss_levels_disagree
+from rankscope.monitor.analysis import first_nonfinite, loss_levels_disagree
 from rankscope.monitor.collectives import align, latency_findings, window_scores
-from rankscope.monitor.model import Finding, FindingKind, Thresholds
+from rankscope.monitor.model import Finding, FindingKind, RankSeries, Thresholds
 from rankscope.monitor.straggler import MIN_TREND, StragglerScore, straggler_scores
 from rankscope.monitor.view import RankInput, arrivals
 
@@ -83,13 +83,13 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
     """
     groups: dict[str, list[RankInput]] = {}
     unstepped: dict[str, list[RankInput]] = {}
+    found: list[Finding] = _first_nonfinite(inputs)
     for i in inputs:
         if i.state == "alive" and i.summary is not None and i.summary.step_s > 0:
             if i.summary.steps_over >= MIN_TREND:  # a step or two is a sample (start-up)
                 groups.setdefault(i.group, []).append(i)
         elif i.state == "alive" and i.collectives:
             unstepped.setdefault(i.group, []).append(i)
-    found: list[Finding] = []
     for group, members in sorted(unstepped.items()):
         if group not in groups:  # nobody marks steps (a client left unchanged): the collectives
             records = {m.rank: m.collectives for m in members}
@@ -116,6 +116,17 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
         step_s = statistics.median(m.summary.step_s for m in members if m.summary)
         found += _unnamed(latency_findings(alignment, group, thresholds, step_s), slow)
     return found
+
+
+def _first_nonfinite(inputs: Sequence[RankInput]) -> list[Finding]:
+    """Each group's first NaN/Inf, named at the rank it began on: one all_reduce spreads it to
+    every rank at the same step, so a rank's own alert would name whichever heartbeat first."""
+    by_group: dict[str, list[RankSeries]] = {}
+    for i in inputs:
+        if i.summary is not None and i.summary.first_nonfinite is not None:
+            series = RankSeries(i.rank, i.group, i.node, i.role, (), i.summary.first_nonfinite)
+            by_group.setdefault(i.group, []).append(series)
+    return [f for group in sorted(by_group) if (f := first_nonfinite(by_group[group]))]
 
 
 def _unnamed(late: Iterable[Finding], slow: Sequence[Finding]) -> list[Finding]:
