@@ -384,3 +384,18 @@ def test_the_groups_first_nan_is_named_at_the_rank_it_began_on_not_where_it_spre
     )
     [alert] = finding_alerts([nan], 11.0, "job")
     assert (alert.rule, alert.rank, alert.severity) == ("non_finite", 2, "critical")
+
+
+def test_a_straggler_is_raised_only_once_every_judge_turn_has_seen_it_for_20_s() -> None:
+    from rankscope.monitor.alert_rules import PERSIST_S, Persistence
+
+    slow = _finding(FindingKind.STRAGGLER, 2)
+    nan = _finding(FindingKind.NON_FINITE, 1, step=12)
+    held = Persistence()
+    assert held.held([slow, nan], 0.0) == [nan]  # a NaN needs no persistence
+    assert held.held([slow], 10.0) == []
+    assert held.held([slow], PERSIST_S) == [slow]
+    assert held.held([], PERSIST_S + 10) == []  # gone at one turn: it starts over
+    assert held.held([slow], PERSIST_S + 20) == []
+    other = _finding(FindingKind.STRAGGLER, 3)
+    assert held.held([slow, other], 2 * PERSIST_S + 20) == [slow]

@@ -424,10 +424,11 @@ def test_a_sharp_monitor_finding_is_named_before_a_trend_and_a_straggler_says_wh
     monitor = next(s for s in report.sections if s.key == "monitor")
     assert monitor.findings[0].startswith("loss_spike: rank 2 loss")  # the page agrees
     straggler = {"kind": "straggler", "ranks": [2], "step": None, "value": 2.0,
-                 "where": "compute train.py:221",
-                 "evidence": "rank 2 computes 2.0x the median; it spends 48% of its time in "
-                             "compute train.py:221, its peers 0%", "advice": "look"}  # fmt: skip
-    report = build_report(RunData("job", "hub", health=({"findings": [drift, straggler]},)), NOW)
+                 "evidence": "rank 2 computes 2.0x the median", "advice": "look"}  # fmt: skip
+    place = {"group": None, "rank": 2, "place": "compute train.py:221", "share": 0.48,
+             "peers_share": 0.0, "seconds": 1.5}  # fmt: skip
+    health = ({"findings": [drift, straggler]},)
+    report = build_report(RunData("job", "hub", health=health, odd_places=(place,)), NOW)
     d = report.diagnosis
     assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.STRAGGLER, (2,))
     assert d.where == "compute train.py:221" and "48% of its time" in d.why
@@ -441,3 +442,19 @@ def test_a_live_memory_trend_that_leaks_is_a_leak_at_the_resource():
     report = build_report(RunData("job", "hub", artifacts={"memory-live": profile}), NOW)
     d = report.diagnosis
     assert d is not None and (d.kind, d.ranks, d.where) == (DiagnosisKind.LEAK, (2,), "rss")
+
+
+def test_a_straggler_alert_of_a_job_that_marks_no_steps_says_where_its_time_goes():
+    said = "rank 2 last to arrive at 9 of 12 collectives (75%, chance is 25%)"
+    alert = {"rule": "straggler", "severity": "warning", "rank": 2, "group": "g", "message": said}
+    events = ({"kind": "alert", "time": NOW - 5, "payload": alert},)
+    place = {"group": "g", "rank": 2, "place": "compute train.py:221", "share": 0.5,
+             "peers_share": 0.02, "seconds": 1.5}  # fmt: skip
+    d = build_report(RunData("job", "hub", events=events, odd_places=(place,)), NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (
+        DiagnosisKind.STRAGGLER,
+        (2,),
+        "compute train.py:221",
+    )
+    assert d.why.endswith("it spends 50% of its time in compute train.py:221, its peers 2% "
+                          "(sampled 1.5 s)")  # fmt: skip

@@ -21,7 +21,16 @@ from rankscope.monitor.model import Finding, FindingKind, RankSeries, Thresholds
 from rankscope.monitor.straggler import MIN_TREND, StragglerScore, straggler_scores
 from rankscope.monitor.view import RankInput, arrivals
 
-__all__ = ["ONCE", "SEVERITY", "AlertGate", "alerted", "finding_alerts", "group_findings"]
+__all__ = [
+    "ONCE",
+    "PERSIST_S",
+    "SEVERITY",
+    "AlertGate",
+    "Persistence",
+    "alerted",
+    "finding_alerts",
+    "group_findings",
+]
 
 SEVERITY = {
     FindingKind.NON_FINITE: "critical",
@@ -166,3 +175,30 @@ class AlertGate(BaseGate):
     """
 
     once: frozenset[str] = frozenset(k.value for k in ONCE)
+
+
+PERSIST_S = 20.0
+"""A straggler or a late arrival becomes an alert only once the group's judge has seen it at
+every turn for this long (three turns, 10 s apart): the heartbeats carry a rank's last 16
+collectives, a second or two of a fast job, and a rank the host descheduled for that long is
+no straggler."""
+PERSISTENT = frozenset({FindingKind.STRAGGLER, FindingKind.COLLECTIVE_LATENCY})
+
+
+class Persistence:
+    """Since when each straggler or late-arrival finding has been seen at every judge turn."""
+
+    def __init__(self) -> None:
+        self._since: dict[tuple[FindingKind, tuple[int, ...], str], float] = {}
+
+    def held(self, findings: Sequence[Finding], now: float) -> list[Finding]:
+        """The findings to raise now: the others, and the persistent kinds seen since
+        `PERSIST_S` ago at least (a finding missing from a turn starts over)."""
+        seen = {(f.kind, f.ranks, f.group) for f in findings if f.kind in PERSISTENT}
+        self._since = {key: self._since.get(key, now) for key in seen}
+        return [
+            f
+            for f in findings
+            if f.kind not in PERSISTENT
+            or now - self._since[(f.kind, f.ranks, f.group)] >= PERSIST_S
+        ]

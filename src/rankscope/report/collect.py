@@ -15,7 +15,7 @@ from rankscope.errors import UserError
 from rankscope.hang.motion import moved
 from rankscope.report.files import JobFiles, is_trace, read_job_files, read_on_hub_node
 from rankscope.report.model import RunData
-from rankscope.report.straggler_places import with_straggler_places
+from rankscope.report.straggler_places import sample_places, stragglers
 from rankscope.runtime.run_dir import read_reports, tail_events
 from rankscope.serialize import plain
 
@@ -121,6 +121,7 @@ def _from_hub(
     pending: tuple[dict[str, Any], ...] = ()
     notes = list(skipped)
     moving: dict[str, str] = {}
+    odd_places: tuple[dict[str, Any], ...] = ()
     if live and alive:
         looked_at = time.monotonic()
         hang = tuple(plain(r) for r in hang_reports(address, job_id, HANG_MIN_WAIT_S))
@@ -134,7 +135,9 @@ def _from_hub(
         except Exception as exc:  # the page goes on without the series
             notes.append(f"the ranks' step series could not be read ({exc})")
         try:
-            health = with_straggler_places(client, client.probes(job_id), health)
+            targets = stragglers(health, events)
+            if targets:
+                odd_places = sample_places(client, client.probes(job_id), targets)
         except Exception as exc:  # the page goes on without it
             notes.append(f"the straggler's time could not be sampled ({exc})")
         try:
@@ -166,6 +169,7 @@ def _from_hub(
         first_death=status.first_death,
         died_at=status.died_at,
         moving=moving,
+        odd_places=odd_places,
         hang=hang,
         stacks=stacks,
         health=health,

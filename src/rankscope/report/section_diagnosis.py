@@ -239,12 +239,13 @@ def _monitor_section(
             kind = _MONITOR_KINDS.get(str(f.get("kind")), DiagnosisKind.ALERT)
             ranks = tuple(int(r) for r in f.get("ranks") or ())
             step = f"step {f['step']}" if f.get("step") is not None else ""
+            where, spent = _odd_place(data, kind, ranks)
             return Diagnosis(
                 kind,
                 ranks_text(ranks) if ranks else "?",
                 ranks,
-                str(f.get("where") or step),
-                str(f.get("evidence", "")),
+                where or step,
+                str(f.get("evidence", "")) + spent,
                 section.findings[0],
                 group=f.get("group") or None,
                 source="monitor",
@@ -271,12 +272,14 @@ def _alerts_section(
         if str(p.get("message", "")) != section.findings[0]:
             continue
         ranks = (int(rank),) if rank is not None else _ranks_in(section.findings[0])
+        kind = _ALERT_KINDS.get(rule, DiagnosisKind.ALERT)
+        where, spent = _odd_place(data, kind, ranks)
         return Diagnosis(
-            _ALERT_KINDS.get(rule, DiagnosisKind.ALERT),
+            kind,
             ranks_text(ranks) if ranks else rule,
             ranks,
-            _where_in(section.findings[0]),
-            section.findings[0],
+            where or _where_in(section.findings[0]),
+            section.findings[0] + spent,
             section.findings[0],
             group=p.get("group"),
             source="alerts",
@@ -314,6 +317,19 @@ def _environment_section(
 
 
 # ----------------------------------------------------------------- helpers
+def _odd_place(data: RunData, kind: DiagnosisKind, ranks: Sequence[int]) -> tuple[str, str]:
+    """A straggler's own place (`RunData.odd_places`) and the words that say so."""
+    if kind is not DiagnosisKind.STRAGGLER or len(ranks) != 1:
+        return "", ""
+    for p in data.odd_places:
+        if p.get("rank") == ranks[0]:
+            return str(p["place"]), (
+                f"; it spends {p['share']:.0%} of its time in {p['place']}, its peers "
+                f"{p['peers_share']:.0%} (sampled {p['seconds']:.1f} s)"
+            )
+    return "", ""
+
+
 def _place_of(
     places: Mapping[tuple[str | None, int], str], group: str | None, ranks: Sequence[int]
 ) -> str:
