@@ -134,7 +134,7 @@ def tear_down(run: JobRun) -> None:
             _remove_cgroup(f.read().strip())
     if run.node is not None and run.node in run.cluster.worker_nodes:
         run.cluster.remove_node(run.node, allow_graceful=False)
-    time.sleep(3.0)  # Ray ends the job's workers
+    time.sleep(1.5)  # Ray ends the job's workers
 
 
 def _remove_cgroup(path: str) -> None:
