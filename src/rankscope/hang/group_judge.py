@@ -1,5 +1,5 @@
 """Hangs and desyncs raised as alerts within seconds, with no command run (deaths: the hub
-raises them, `alerts.deaths`, as it outlives a group torn down at its first death).
+raises them, `hang.death_alert`, as it outlives a group torn down at its first death).
 
 The judge runs on the watchdog's thread of ranks 0-3 of each group; the lowest live one judges
 (as the monitor's group judge: `alerts.judge.judges_group`). Every `JUDGE_EVERY_S` while its

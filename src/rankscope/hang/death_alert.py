@@ -7,7 +7,8 @@ calls `death_alert` (`runtime.hub_hooks`): the first death of a group becomes on
 alert naming the rank, its pid, node and why; the ranks that follow it within FOLLOWERS_S are
 its consequences and raise none. Ray's pool workers (no rank, no actor) raise nothing. The
 webhook is the one the hub was started with (RANKSCOPE_ALERT_WEBHOOK in the environment of
-the job that started it).
+the job that started it). An actor Ray says its owner's death or `ray.kill` ended (the job
+ended, a controller tore the group down) raises nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 from rankscope.alerts.model import Alert, AlertSettings
 from rankscope.alerts.webhook import WebhookSender
 from rankscope.config import Config
+from rankscope.hang.death import ray_death
+from rankscope.hang.model import DeathKind
 from rankscope.runtime.hub_hooks import register_death_hook
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
@@ -81,6 +84,8 @@ def first_death_alert(
 @register_death_hook
 def death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus]) -> list[tuple[str, dict[str, Any]]]:
     """In the hub: the `alert` event for a first death, and its POST to the webhook."""
+    if _ended_from_outside(dead):
+        return []
     alert = first_death_alert(dead, job, time.time(), Config.from_env().heartbeat_interval)
     if alert is None:
         return []
@@ -92,3 +97,12 @@ def death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus]) -> list[tuple[str
     if url:
         _webhook.send(url, payload)
     return [("alert", payload)]
+
+
+def _ended_from_outside(dead: ProbeStatus) -> bool:
+    """Ray says the actor was ended by its owner's death or by `ray.kill`: its job or its
+    controller ended it (a normal job end, a group torn down), which is no death to raise."""
+    if not dead.context.actor_id:
+        return False
+    kind, _, _ = ray_death(dead.context.actor_id)
+    return kind in (DeathKind.KILLED, DeathKind.OWNER_DIED)
