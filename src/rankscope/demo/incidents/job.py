@@ -94,7 +94,17 @@ def launch(incident: Incident, cluster: Any, tmp: str) -> JobRun:
         )
     assert driver.stdout is not None
     job_id = driver.stdout.readline().strip()
+    threading.Thread(target=_keep_output, args=(driver, job_dir), daemon=True).start()
     return JobRun(incident, cluster, job_dir, driver, job_id, launched, node)
+
+
+def _keep_output(driver: subprocess.Popen[str], job_dir: str) -> None:
+    """The driver's last words (`done`, or the error the job raised) into its driver.log."""
+    assert driver.stdout is not None
+    with open(os.path.join(job_dir, "driver.log"), "a") as log:
+        for line in driver.stdout:
+            log.write(f"[driver] {line}")
+            log.flush()
 
 
 def _lose_node(cluster: Any, node: Any, job_dir: str) -> None:
