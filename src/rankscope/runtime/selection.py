@@ -25,7 +25,10 @@ def select_jobs(
     if job_id is not None:
         if job_id not in by_job:
             known = ", ".join(sorted(by_job)) or "none"
-            raise UserError(f"--job {job_id}: no such job registered (known jobs: {known})")
+            raise UserError(
+                f"--job {job_id}: no such job registered (known jobs: {known}); a job that "
+                "just started registers as its first worker starts: run it again then"
+            )
         return {job_id: _ordered(by_job[job_id])}
     live = {j: ps for j, ps in by_job.items() if any(p.state != ProbeState.DEAD for p in ps)}
     if live:
