@@ -28,7 +28,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
-# Issue 30's blind triage: every incident of benchmarks/incidents/ as a real job (~40 min).
+# Issue 30's blind triage: every incident of src/rankscope/demo/incidents/ as a real job (~40 min).
 bench-incidents: $(STAMP)
 	$(BIN)/python benchmarks/bench_incidents.py
 

@@ -1,12 +1,14 @@
 """Blind triage (issue 30): each incident of the catalog as a real job; only `rankscope report`.
 
-For each incident (benchmarks/incidents/) the benchmark starts the job's driver against one
+For each incident (`rankscope.demo.incidents`) the benchmark starts the job's driver against one
 local Ray cluster, waits for the faulty rank to mark its symptom's start, then runs only
 `rankscope report --json --address A --job J` about every second until the report's
 `data.diagnosis` is right (kind, culprit ranks and where) or `--limit` seconds pass. A small HTTP
 server is the job's alert webhook (RANKSCOPE_ALERT_WEBHOOK): the first alert's receipt time,
-against the symptom's, is the time to alert with no command run. Healthy scenarios are polled
-for 3 minutes (`--long`: 10) and count false findings (a "fail" diagnosis, or exit 1) and alerts.
+against the symptom's, is the time to alert with no command run (waited for only for the kinds
+that raise one). The healthy scenarios run last, all at once on a node of their own, each polled
+every 5 s for 3 minutes (`--long`: 10), and count false findings (a "fail" diagnosis, or exit
+1) and alerts.
 
 Run: .venv/bin/python benchmarks/bench_incidents.py [--only a,b] [--client verl] [--json-out F]
 """
@@ -19,9 +21,7 @@ import http.server
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,19 +29,26 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-CLUSTER_CPUS = 8
-"""Logical CPUs of the one cluster: a job's 4 ranks and its helpers fit, two cores or not."""
-SYMPTOM_WAIT_S = 240.0
-"""A job's start-up at most (workers import torch on two loaded cores), before its symptom."""
+from rankscope.demo.incidents.catalog import catalog
+from rankscope.demo.incidents.common import Incident
+from rankscope.demo.incidents.job import JobRun, cluster_env, launch, start_cluster, tear_down
+from rankscope.demo.incidents.judge import Poll, judge, names, report
+
 HEALTHY_S = 180.0
 HEALTHY_LONG_S = 600.0
 POLL_S = 1.0
+HEALTHY_POLL_S = 5.0
+"""The healthy scenarios run together, each polled this often: about one report a second."""
+HEALTHY_NODE_CPUS = 24
+"""Logical CPUs of the node the healthy scenarios get: their ranks and helpers all fit."""
+ALERTED_KINDS = frozenset(
+    {"hang", "mismatch", "collective_failed", "cross_group_deadlock", "exception", "death",
+     "oom", "straggler", "nan"}
+)  # fmt: skip
+"""The kinds issue 30 asks an alert for: only their incidents wait for one."""
 ALERT_WAIT_S = 30.0
 """After a right verdict, how long from the symptom the job stays up for its first alert: a
 hang is raised once its group waited 10 s, after a verdict that may come sooner."""
-REPORT_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -81,17 +88,6 @@ class Webhook:
     def of_job(self, job_id: str) -> list[Alert]:
         with self.lock:
             return [a for a in self.alerts if a.body.get("job_id") == job_id]
-
-
-@dataclass
-class Poll:
-    """One `rankscope report --json` run: when it ended, its exit code, what it said."""
-
-    ended: float
-    seconds: float
-    code: int
-    diagnosis: dict[str, Any] | None
-    verdict: str
 
 
 @dataclass
@@ -138,9 +134,6 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="print the catalog and exit")
     args = parser.parse_args()
 
-    sys.path.insert(0, HERE)
-    from incidents.catalog import catalog
-
     chosen = catalog()
     if args.only:
         names = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -162,24 +155,19 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="rs-incidents-", dir="/tmp")
     webhook = Webhook()
     server, url = webhook.serve()
-    _cluster_env(tmp, url)
-    from ray.cluster_utils import Cluster
-
+    cluster_env(tmp, url)
     started = time.time()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": CLUSTER_CPUS, "include_dashboard": False},
-    )
+    cluster = start_cluster()
     results: list[Result] = []
     try:
-        for incident in chosen:
+        for incident in [i for i in chosen if not i.healthy]:
             print(f"--- {incident.name}: {incident.description}", flush=True)
             result = run_one(incident, cluster, tmp, webhook, args.limit, healthy_s)
-            print(f"    {_row_text(result)}", flush=True)
-            if args.verbose:
-                for at, said in result.history:
-                    print(f"      {at:6.1f} s  {said[:300]}", flush=True)
+            _print_result(result, args.verbose)
             results.append(result)
+        healthy = [i for i in chosen if i.healthy]
+        if healthy:
+            results += run_healthy(healthy, cluster, tmp, webhook, healthy_s, args.verbose)
     finally:
         cluster.shutdown()
         server.shutdown()
@@ -199,101 +187,79 @@ def main() -> int:
     return 0
 
 
-def _cluster_env(tmp: str, webhook_url: str) -> None:
-    """Before the cluster starts: its workers and the drivers inherit these."""
-    os.environ["RAY_TMPDIR"] = tmp
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ.pop("RAY_ADDRESS", None)
-    os.environ["RANKSCOPE_RUN_DIR"] = os.path.join(tmp, "runs")
-    os.environ["RANKSCOPE_ALERT_WEBHOOK"] = webhook_url
-    os.environ["OMP_NUM_THREADS"] = "1"
-    path = [SRC, HERE, os.environ.get("PYTHONPATH", "")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+def _print_result(result: Result, verbose: bool) -> None:
+    print(f"    {_row_text(result)}", flush=True)
+    if verbose:
+        for at, said in result.history:
+            print(f"      {at:6.1f} s  {said[:300]}", flush=True)
+
+
+def run_healthy(
+    scenarios: list[Incident],
+    cluster: Any,
+    tmp: str,
+    webhook: Webhook,
+    seconds: float,
+    verbose: bool,
+) -> list[Result]:
+    """The healthy scenarios all at once, on a node of their own beside the head: together
+    they keep the whole run short, and each sees its neighbours' load as on a shared cluster."""
+    print(f"--- healthy, together for {seconds:.0f} s: {', '.join(i.name for i in scenarios)}")
+    cluster.add_node(num_cpus=HEALTHY_NODE_CPUS)
+    cluster.wait_for_nodes()
+    results: list[Result] = []
+    lock = threading.Lock()
+
+    def one(incident: Incident) -> None:
+        result = run_one(incident, cluster, tmp, webhook, 0.0, seconds)
+        with lock:
+            print(f"--- {incident.name}: {incident.description}", flush=True)
+            _print_result(result, verbose)
+            results.append(result)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in scenarios]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(results, key=lambda r: [i.name for i in scenarios].index(r.name))
 
 
 def run_one(
-    incident: Any, cluster: Any, tmp: str, webhook: Webhook, limit: float, healthy_s: float
+    incident: Incident, cluster: Any, tmp: str, webhook: Webhook, limit: float, healthy_s: float
 ) -> Result:
-    address = cluster.address
-    job_dir = os.path.join(tmp, "jobs", incident.name)
-    os.makedirs(job_dir)
-    node = None
-    if incident.node:  # a second node, lost once the faulty rank runs there
-        from incidents.common import NODE_RESOURCE
-
-        node = cluster.add_node(num_cpus=2, resources={NODE_RESOURCE: 4})
-        cluster.wait_for_nodes()
-        threading.Thread(target=_lose_node, args=(cluster, node, job_dir), daemon=True).start()
     want = incident.expected.describe() if incident.expected else "no fail"
     result = Result(incident.name, incident.client, want, incident.healthy)
-    launched = time.time()
-    with open(os.path.join(job_dir, "driver.log"), "w") as log:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "incidents.driver", incident.name, address, job_dir],
-            cwd=HERE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            start_new_session=True,
-        )
+    run = launch(incident, cluster, tmp)
     try:
-        assert driver.stdout is not None
-        result.job_id = driver.stdout.readline().strip()
+        result.job_id = run.job_id
         if not result.job_id:
             result.note = "the driver printed no job id"
-            return result
-        if incident.healthy:
-            _watch_healthy(result, address, job_dir, webhook, healthy_s)
+        elif incident.healthy:
+            _watch_healthy(result, run.address, webhook, healthy_s)
         else:
-            _watch_incident(result, incident.expected, address, job_dir, webhook, limit, driver)
+            _watch_incident(result, run, webhook, limit)
             if result.symptom_at is not None:
-                result.startup_s = result.symptom_at - launched
+                result.startup_s = result.symptom_at - run.launched
     finally:
-        _tear_down(driver, job_dir, graceful=incident.healthy)
-        if node is not None and node in cluster.worker_nodes:
-            cluster.remove_node(node, allow_graceful=False)
+        tear_down(run)
     return result
 
 
-def _lose_node(cluster: Any, node: Any, job_dir: str) -> None:
-    """When the rank on the added node says it trains there: the node goes, as a host dies."""
-    ready = os.path.join(job_dir, "node_ready")
-    deadline = time.time() + SYMPTOM_WAIT_S
-    while not os.path.exists(ready):
-        if time.time() > deadline or os.path.exists(os.path.join(job_dir, "stop")):
-            return
-        time.sleep(0.2)
-    symptom = os.path.join(job_dir, "symptom")
-    with open(symptom + ".tmp", "w") as f:
-        f.write(repr(time.time()))
-    os.replace(symptom + ".tmp", symptom)
-    cluster.remove_node(node, allow_graceful=False)
-
-
-def _watch_incident(
-    result: Result,
-    expected: Any,
-    address: str,
-    job_dir: str,
-    webhook: Webhook,
-    limit: float,
-    driver: subprocess.Popen[str],
-) -> None:
-    symptom = os.path.join(job_dir, "symptom")
-    deadline = time.time() + SYMPTOM_WAIT_S
-    while not os.path.exists(symptom):
-        if time.time() > deadline or driver.poll() is not None:
-            result.note = "no symptom: the job ended or never started its fault"
-            return
-        time.sleep(0.2)
-    with open(symptom) as f:
-        result.symptom_at = at = float(f.read())
+def _watch_incident(result: Result, run: JobRun, webhook: Webhook, limit: float) -> None:
+    expected = run.incident.expected
+    assert expected is not None
+    at = run.wait_symptom()
+    if at is None:
+        result.note = "no symptom: the job ended or never started its fault"
+        return
+    result.symptom_at = at
     polls: list[Poll] = []
     while time.time() < at + limit:
         begun = time.time()
-        poll = report(address, result.job_id)
+        poll = report(run.address, result.job_id)
         polls.append(poll)
-        result.got = _said(poll)
+        result.got = poll.said()
         _remember(result, poll.ended - at, result.got)
         if result.t_named is None and names(expected, poll.verdict):
             result.t_named = poll.ended - at
@@ -303,7 +269,8 @@ def _watch_incident(
             break
         time.sleep(max(0.0, POLL_S - (time.time() - begun)))
     time.sleep(1.0)  # an alert on its way
-    while time.time() < at + ALERT_WAIT_S and not [  # alerts come by themselves: wait for one
+    wait = ALERT_WAIT_S if set(expected.kinds) & ALERTED_KINDS else 0.0
+    while time.time() < at + wait and not [  # alerts come by themselves: wait for one
         a for a in webhook.of_job(result.job_id) if a.received >= at - 1.0
     ]:
         time.sleep(0.5)
@@ -319,9 +286,7 @@ def _watch_incident(
     _poll_stats(result, polls)
 
 
-def _watch_healthy(
-    result: Result, address: str, job_dir: str, webhook: Webhook, seconds: float
-) -> None:
+def _watch_healthy(result: Result, address: str, webhook: Webhook, seconds: float) -> None:
     """From the job's start (its start-up included): every report, every alert, is false."""
     start = time.time()
     polls: list[Poll] = []
@@ -330,17 +295,17 @@ def _watch_healthy(
         begun = time.time()
         poll = report(address, result.job_id)
         polls.append(poll)
-        _remember(result, poll.ended - start, _said(poll))
+        _remember(result, poll.ended - start, poll.said())
         level = (poll.diagnosis or {}).get("level")
         if poll.code == 1 or level == "fail":
             result.false_findings += 1
-            worst = worst or _said(poll)
-        time.sleep(max(0.0, POLL_S - (time.time() - begun)))
+            worst = worst or poll.said()
+        time.sleep(max(0.0, HEALTHY_POLL_S - (time.time() - begun)))
     alerts = webhook.of_job(result.job_id)
     result.false_alerts = len(alerts)
     if alerts:
         result.alert = _alert_text(alerts[0].body)
-    result.got = worst or (_said(polls[-1]) if polls else "")
+    result.got = worst or (polls[-1].said() if polls else "")
     result.correct = result.false_findings == 0 and not alerts
     _poll_stats(result, polls)
 
@@ -359,105 +324,9 @@ def _poll_stats(result: Result, polls: list[Poll]) -> None:
         result.note = f"{len(failed)} report runs failed (exit {failed[-1].code})"
 
 
-def report(address: str, job_id: str) -> Poll:
-    """`rankscope report --json` on the live job, as a user runs it."""
-    begun = time.time()
-    command = [sys.executable, "-m", "rankscope.cli.main", "report", "--json"]
-    command += ["--address", address, "--job", job_id]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=REPORT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return Poll(time.time(), time.time() - begun, 124, None, "report timed out")
-    ended = time.time()
-    data = _envelope(done.stdout)
-    if data is None:
-        said = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
-        return Poll(ended, ended - begun, done.returncode, None, f"(exit {done.returncode}) {said}")
-    diagnosis = data.get("diagnosis")
-    return Poll(ended, ended - begun, done.returncode, diagnosis, str(data.get("verdict", "")))
-
-
-def _envelope(stdout: str) -> dict[str, Any] | None:
-    """The `--json` envelope's data; anything printed before the JSON (a library's warning
-    on stdout) is skipped."""
-    start = stdout.find("{")
-    while start != -1:
-        try:
-            data = json.loads(stdout[start:])["data"]
-            return data if isinstance(data, dict) else None
-        except (ValueError, KeyError, TypeError):
-            start = stdout.find("\n{", start + 1)
-            start = start + 1 if start != -1 else -1
-    return None
-
-
-def judge(expected: Any, diagnosis: dict[str, Any] | None) -> bool:
-    """Top-1: the kind, the culprit's ranks (or its name) and where, all right."""
-    if expected is None or not diagnosis:
-        return False
-    if diagnosis.get("kind") not in expected.kinds:
-        return False
-    ranks_matter = expected.ranks or not expected.culprit  # a named culprit that is no rank
-    if ranks_matter and sorted(diagnosis.get("ranks") or []) != sorted(expected.ranks):
-        return False
-    if expected.culprit and expected.culprit not in str(diagnosis.get("culprit", "")):
-        return False
-    return expected.where in str(diagnosis.get("where", ""))
-
-
-def names(expected: Any, verdict: str) -> bool:
-    """The sentence names the culprit (`rank N` for each rank, or its name) and the where."""
-    import re
-
-    for rank in expected.ranks:
-        if not re.search(rf"\branks? (\d+,)*{rank}\b", verdict):
-            return False
-    if expected.culprit and expected.culprit not in verdict:
-        return False
-    return expected.where in verdict
-
-
-def _said(poll: Poll) -> str:
-    d = poll.diagnosis
-    if d:
-        ranks = ",".join(map(str, d.get("ranks") or []))
-        return f"{d.get('kind')} {d.get('culprit')} [{ranks}] {d.get('where')} ({d.get('level')})"
-    return f"verdict: {poll.verdict}" if poll.verdict else "(no verdict)"
-
-
 def _alert_text(body: dict[str, Any]) -> str:
     who = f"rank {body['rank']}" if body.get("rank") is not None else f"pid {body.get('pid')}"
     return f"{body.get('rule')} ({who})"
-
-
-def _tear_down(driver: subprocess.Popen[str], job_dir: str, *, graceful: bool) -> None:
-    """Ends the job: its driver (Ray then ends the actors it owns) and what it left running."""
-    with open(os.path.join(job_dir, "stop"), "w") as f:
-        f.write("stop")
-    if graceful:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            driver.wait(timeout=30)
-    if driver.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(driver.pid, signal.SIGKILL)
-    driver.wait()
-    child = os.path.join(job_dir, "child.pid")
-    if os.path.exists(child):  # the stalled rank's child process, orphaned by its kill
-        with open(child) as f, contextlib.suppress(ValueError, ProcessLookupError):
-            os.kill(int(f.read().strip()), signal.SIGKILL)
-    cgroup = os.path.join(job_dir, "oom.cgroup")
-    if os.path.exists(cgroup):  # the out-of-memory kill's own memory cgroup, empty by now
-        with open(cgroup) as f:
-            path = f.read().strip()
-        for _ in range(20):
-            try:
-                os.rmdir(path)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:  # its process is still going
-                time.sleep(0.5)
-    time.sleep(3.0)  # Ray ends the job's workers
 
 
 def _row_text(r: Result) -> str:

@@ -122,3 +122,36 @@ def test_a_rank_killed_in_a_group_torn_down_after_it_is_raised_by_the_hub(cluste
     assert death["message"].startswith(f"rank 1 died (pid {ranks[1].context.pid} on ")
     time.sleep(1.0)
     assert len(deaths()) == 1  # the ranks the teardown killed followed it: no alert each
+
+
+def test_a_job_that_ends_raises_no_death_alert_for_the_ranks_ray_ends_with_it(cluster, hub):
+    """The driver ends and Ray ends the actors it owns: a normal job end, no death to raise."""
+    import os
+    import subprocess
+    import sys
+
+    from rankscope.runtime.client import HubClient
+
+    job_script = os.path.join(os.path.dirname(__file__), "gloo_job.py")
+    driver = subprocess.Popen(
+        [sys.executable, job_script, cluster_address()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert driver.stdout is not None and driver.stdin is not None
+    job = driver.stdout.readline().strip()
+    client = HubClient.attach(cluster_address())
+    wait_until(
+        lambda: len({p.context.rank for p in client.probes(job)} - {None}) == 4,
+        what="the job's four ranks",
+    )
+    driver.stdin.close()
+    driver.wait(timeout=60)
+    wait_until(lambda: len(client.probes(job)) and all(
+        p.state == ProbeState.DEAD for p in client.probes(job) if p.context.rank is not None
+    ), timeout=60, what="every rank dead")  # fmt: skip
+    time.sleep(2.0)  # the hooks ran as each was marked dead
+    alerts = [e["payload"] for e in client.events(job, ["alert"], 50)]
+    assert not [a for a in alerts if a.get("rule") == "death"], alerts

@@ -23,7 +23,7 @@ EXPECTED = {
     "status": {"--address", "--job", "--group", "--json", "--all"},
     "hang": {"--address", "--job", "--group", "--json", "--min-wait", "--all"},
     "events": {"--address", "--job", "--kind", "--limit", "--json"},
-    "demo": {"--fault", "--workers", "--steps"},
+    "demo": {"--fault", "--workers", "--steps", "--client"},
     "memory": {"--address", "--job", "--group", "--watch", "--by-gpu", "--json"},
     "why-pending": {"--address", "--json"},
     "plan": {

@@ -103,3 +103,25 @@ def test_named_lists_the_ranks_and_steps_of_one_kind_of_finding():
     ]
     assert named(findings, FindingKind.LOSS_SPIKE) == [(0, 13), (3, 12)]
     assert named(findings, FindingKind.NON_FINITE) == []
+
+
+def test_an_incident_of_the_catalog_runs_on_verl_and_its_report_names_the_exception():
+    """`demo --client`: the catalog's incident as a worked example, on verl's RayWorkerGroup."""
+    result = run_demo("--client", "verl", "--fault", "exception")
+    out = " ".join(result.stdout.split())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "expected answer: exception rank 2 train.py:" in out
+    assert re.search(r"named in [\d.]+ s: exception rank 2 \[2\] train\.py:\d+ \(fail\)", out), out
+    assert "rank 2 raised ValueError: bad batch" in out  # the report's own summary, printed
+
+
+def test_an_unknown_incident_is_one_clear_line_naming_the_clients_faults():
+    listed = run_demo("--client", "raytrain", "--fault", "list")
+    assert listed.returncode == 0
+    assert {"exception", "sigkill", "healthy-startup-raytrain"} <= set(listed.stdout.split())
+    result = run_demo("--client", "raytrain", "--fault", "meteor")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith(
+        "rankscope: error: --fault 'meteor' with --client raytrain: choose one of exception,"
+    )
+    assert len(result.stderr.strip().splitlines()) == 1

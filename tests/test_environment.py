@@ -241,3 +241,15 @@ def test_facts_never_initialize_cuda_in_a_process_that_did_not():
     facts = collect_facts()
     assert torch.cuda.is_initialized() == before
     assert facts.torch == torch.__version__
+
+
+def test_the_facts_cross_as_plain_values_so_the_cli_never_imports_torch_to_read_them():
+    import pickle
+
+    import torch  # noqa: F401  (the job imported it)
+
+    from rankscope.doctor.facts import collect_facts
+
+    facts = collect_facts()
+    assert type(facts.torch) is str
+    assert b"torch.torch_version" not in pickle.dumps(facts)

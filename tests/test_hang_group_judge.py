@@ -82,12 +82,15 @@ def test_a_desync_is_raised_with_the_odd_rank():
 
 def test_a_rank_that_moves_between_looks_is_slow_and_not_raised_until_the_limit():
     from rankscope.hang.group_judge import stuck_only
+    from rankscope.hang.motion import Mark
 
     [hang] = group_alerts("job", GROUP, _stalled_job(waited=12.0), {"0": (0, 1, 2, 3)}, NOW, 10.0)
-    same = {3: (5, "aa:0")}
+    same = {3: Mark(5, ("0", 7), "aa:0")}
     assert stuck_only([hang], same, same, 12.0) == [hang]  # it did not move: stuck
-    assert stuck_only([hang], same, {3: (5, "aa:4096")}, 12.0) == [hang]  # a log line: stuck
-    assert stuck_only([hang], same, {3: (5, f"aa:{8 << 20}")}, 12.0) == []  # it writes: slow
-    assert stuck_only([hang], same, {3: (6, "aa:0")}, 12.0) == []  # it stepped
+    log_line = {3: Mark(5, ("0", 7), "aa:4096")}
+    assert stuck_only([hang], same, log_line, 12.0) == [hang]  # a log line: stuck
+    assert stuck_only([hang], same, {3: Mark(5, ("0", 7), f"aa:{8 << 20}")}, 12.0) == []  # slow
+    assert stuck_only([hang], same, {3: Mark(6, ("0", 7), "aa:0")}, 12.0) == []  # it stepped
+    assert stuck_only([hang], same, {3: Mark(5, ("0", 8), "aa:0")}, 12.0) == []  # it reduced
     assert stuck_only([hang], {}, same, 12.0) == []  # no earlier look: the next turn decides
-    assert stuck_only([hang], same, {3: (5, "bb:0")}, 400.0) == [hang]  # waited too long
+    assert stuck_only([hang], same, {3: Mark(5, ("0", 7), "bb:0")}, 400.0) == [hang]  # too long

@@ -160,3 +160,26 @@ def test_the_logs_summary_keeps_errors_first_within_its_share_of_the_heartbeat()
     assert kept[0]["level"] == "ERROR"  # the one error, however rare, comes first
     assert [t["count"] for t in kept[1:]] == sorted((t["count"] for t in kept[1:]), reverse=True)
     assert 5 <= len(kept) < 100 and summary["more_templates"] == 101 - len(kept)
+
+
+def test_errors_reach_the_rank_file_with_no_code_change_and_stderr_keeps_them(tmp_path):
+    """What the probe's start does in every worker: a job that only uses `logging.getLogger`."""
+    code = textwrap.dedent(
+        """
+        import logging
+        from rankscope.logs.handler import _capture_errors, rank_handler
+        _capture_errors(None)
+        _capture_errors(None)  # a second probe start adds nothing
+        log = logging.getLogger("train.data")
+        log.warning("slow shard %d", 1)
+        log.error("reading shard %d failed: timed out", 3)
+        print(rank_handler().path)
+        """
+    )
+    env = {**os.environ, "RANKSCOPE_LOG_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    with open(done.stdout.strip()) as f:
+        [record] = [json.loads(line) for line in f]
+    assert (record["level"], record["message"]) == ("ERROR", "reading shard 3 failed: timed out")
+    assert done.stderr.splitlines() == ["slow shard 1", "reading shard 3 failed: timed out"]

@@ -334,3 +334,35 @@ def test_a_job_with_two_groups_of_ranks_shows_the_group_column():
     console.print(render(view))
     text = console.export_text()
     assert "┃ group " in text and "10.0.0.1:29500" in text and "10.0.0.1:29600" in text
+
+
+def test_a_ranks_heartbeat_trend_is_leak_tested_only_over_its_training_and_only_when_large():
+    from rankscope.memory.collect import _with_trend_leaks
+    from rankscope.memory.model import MemorySnapshot, RankMemoryReply
+
+    mib = 2**20
+
+    def trend(rss_of_step: list[tuple[int, int]]) -> RankMemoryReply:
+        snaps = tuple(
+            MemorySnapshot(
+                time=100.0 + i,
+                pid=7,
+                rss=rss,
+                anon=rss,
+                node_total=64 << 30,
+                node_available=32 << 30,
+                step=step,
+            )
+            for i, (step, rss) in enumerate(rss_of_step)
+        )
+        return RankMemoryReply(snaps[-1], history=snaps)
+
+    start_up = [(0, (200 + 40 * i) * mib) for i in range(20)]  # imports, then the first batch
+    flat = [(1 + i, 1000 * mib + (i % 3) * mib) for i in range(40)]
+    leaking = [(1 + i, (1000 + 20 * i) * mib) for i in range(40)]
+    [healthy] = _with_trend_leaks(trend(start_up + flat)).leaks
+    assert not healthy.leak
+    [leak] = _with_trend_leaks(trend(start_up + leaking)).leaks
+    assert leak.leak and leak.metric == "rss"
+    small = [(1 + i, (1000 + i) * mib) for i in range(40)]  # 40 MiB: under the trend's floor
+    assert not any(f.leak for f in _with_trend_leaks(trend(small)).leaks)

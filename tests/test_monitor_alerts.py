@@ -366,3 +366,36 @@ def test_local_alert_line_and_finding_for_a_first_nonfinite() -> None:
     (alert,) = finding_alerts([analysis.first_nonfinite([series])], 1.0)  # type: ignore[list-item]
     assert alert.rule == "non_finite" and alert.rank == 1
     assert alert.message == "rank 1 saw the first nan loss at step 12"
+
+
+def test_the_groups_first_nan_is_named_at_the_rank_it_began_on_not_where_it_spread() -> None:
+    def nan_at(rank: int, what: str, t: float) -> RankInput:
+        base = _input(rank, 0.05, 0.01)
+        assert base.summary is not None
+        first = NonFinite(12, t, what, "nan")
+        return replace(base, summary=replace(base.summary, first_nonfinite=first))
+
+    # the all_reduce spread rank 2's NaN: rank 1's gradient said so a moment earlier
+    inputs = [_input(0, 0.05, 0.01), nan_at(1, "gradient", 10.0), nan_at(2, "activation", 10.2)]
+    [nan] = [f for f in group_findings(inputs, T) if f.kind is FindingKind.NON_FINITE]
+    assert nan.ranks == (2,) and nan.step == 12
+    assert (
+        nan.evidence.startswith("rank 2 saw the first nan activation") and "ranks 1" in nan.evidence
+    )
+    [alert] = finding_alerts([nan], 11.0, "job")
+    assert (alert.rule, alert.rank, alert.severity) == ("non_finite", 2, "critical")
+
+
+def test_a_straggler_is_raised_only_once_every_judge_turn_has_seen_it_for_20_s() -> None:
+    from rankscope.monitor.alert_rules import PERSIST_S, Persistence
+
+    slow = _finding(FindingKind.STRAGGLER, 2)
+    nan = _finding(FindingKind.NON_FINITE, 1, step=12)
+    held = Persistence()
+    assert held.held([slow, nan], 0.0) == [nan]  # a NaN needs no persistence
+    assert held.held([slow], 10.0) == []
+    assert held.held([slow], PERSIST_S) == [slow]
+    assert held.held([], PERSIST_S + 10) == []  # gone at one turn: it starts over
+    assert held.held([slow], PERSIST_S + 20) == []
+    other = _finding(FindingKind.STRAGGLER, 3)
+    assert held.held([slow, other], 2 * PERSIST_S + 20) == [slow]

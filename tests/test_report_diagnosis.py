@@ -275,7 +275,7 @@ def test_a_rank_that_does_not_move_or_waited_too_long_is_stuck():
 def test_what_counts_as_moving():
     from rankscope.context import RankContext
     from rankscope.hang.evidence import motion_of
-    from rankscope.report.diagnosis import moved
+    from rankscope.hang.motion import moved
     from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
     from rankscope.stacks.model import Frame
 
@@ -393,7 +393,7 @@ def test_a_straggler_its_group_waits_for_is_a_straggler_not_a_hang():
 def test_a_rank_whose_collectives_moved_on_between_looks_moved():
     from rankscope.context import RankContext
     from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
-    from rankscope.report.diagnosis import moved
+    from rankscope.hang.motion import moved
     from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 
     ctx = RankContext(0, 0, 4, "n0", "10.0.0.1", "h0", 100, "job", None, "W", None, "env", GROUP)
@@ -407,3 +407,54 @@ def test_a_rank_whose_collectives_moved_on_between_looks_moved():
 
     assert moved([row(4)], [row(9)]) == {"a": "its collectives moved on"}
     assert moved([row(4)], [row(4)]) == {}
+
+
+def test_a_sharp_monitor_finding_is_named_before_a_trend_and_a_straggler_says_where():
+    drift = {"kind": "throughput_drift", "ranks": [1], "step": 85, "value": -0.3,
+             "evidence": "rank 1 steps/s dropped 30%", "advice": "look"}  # fmt: skip
+    spike = {"kind": "loss_spike", "ranks": [2], "step": 40, "value": 9.0,
+             "evidence": "rank 2 loss 30x its median", "advice": "the batch"}  # fmt: skip
+    report = build_report(RunData("job", "hub", health=({"findings": [drift, spike]},)), NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (
+        DiagnosisKind.LOSS_SPIKE,
+        (2,),
+        "step 40",
+    )
+    monitor = next(s for s in report.sections if s.key == "monitor")
+    assert monitor.findings[0].startswith("loss_spike: rank 2 loss")  # the page agrees
+    straggler = {"kind": "straggler", "ranks": [2], "step": None, "value": 2.0,
+                 "evidence": "rank 2 computes 2.0x the median", "advice": "look"}  # fmt: skip
+    place = {"group": None, "rank": 2, "place": "compute train.py:221", "share": 0.48,
+             "peers_share": 0.0, "seconds": 1.5}  # fmt: skip
+    health = ({"findings": [drift, straggler]},)
+    report = build_report(RunData("job", "hub", health=health, odd_places=(place,)), NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.STRAGGLER, (2,))
+    assert d.where == "compute train.py:221" and "48% of its time" in d.why
+
+
+def test_a_live_memory_trend_that_leaks_is_a_leak_at_the_resource():
+    leak = {"metric": "rss", "leak": True, "reason": "+20 MiB/step since step 3"}
+    reply = {"snapshot": {"pid": 12, "rss": 2 << 30}, "leaks": [leak]}
+    profile = {"data": {"memory": {"ranks": [{"pid": 12, "label": "rank 2"}]},
+                        "replies": [reply]}}  # fmt: skip
+    report = build_report(RunData("job", "hub", artifacts={"memory-live": profile}), NOW)
+    d = report.diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (DiagnosisKind.LEAK, (2,), "rss")
+
+
+def test_a_straggler_alert_of_a_job_that_marks_no_steps_says_where_its_time_goes():
+    said = "rank 2 last to arrive at 9 of 12 collectives (75%, chance is 25%)"
+    alert = {"rule": "straggler", "severity": "warning", "rank": 2, "group": "g", "message": said}
+    events = ({"kind": "alert", "time": NOW - 5, "payload": alert},)
+    place = {"group": "g", "rank": 2, "place": "compute train.py:221", "share": 0.5,
+             "peers_share": 0.02, "seconds": 1.5}  # fmt: skip
+    d = build_report(RunData("job", "hub", events=events, odd_places=(place,)), NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (
+        DiagnosisKind.STRAGGLER,
+        (2,),
+        "compute train.py:221",
+    )
+    assert d.why.endswith("it spends 50% of its time in compute train.py:221, its peers 2% "
+                          "(sampled 1.5 s)")  # fmt: skip

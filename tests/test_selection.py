@@ -52,3 +52,25 @@ def test_a_group_no_live_job_has_is_one_line_naming_the_groups_there_are():
 def test_one_job_keeps_its_own_message():
     with pytest.raises(UserError, match="matches no group of this job"):
         filter_jobs_by_group({"01000000": JOBS["01000000"]}, "actor")
+
+
+def test_an_actor_that_inherited_a_verl_workers_rank_variable_is_shown_without_a_rank():
+    """verl gives each worker RANK in its env_vars; an actor the worker starts inherits them."""
+    import dataclasses
+
+    from rankscope.runtime.selection import select_jobs
+
+    def source(p: ProbeStatus, how: str, pid: int) -> ProbeStatus:
+        ctx = dataclasses.replace(p.context, rank_source=how, pid=pid)
+        info = dataclasses.replace(p.info, probe_id=f"{p.info.probe_id}-{pid}", context=ctx)
+        return dataclasses.replace(p, info=info)
+
+    workers = [source(_probe("03000000", "g", r), "torch.distributed", 10 + r) for r in range(2)]
+    helper = source(_probe("03000000", "g", 1), "env", 99)
+    starting = source(_probe("03000000", "other", 0), "env", 98)  # before its init_process_group
+    [job] = select_jobs([*workers, helper, starting], "03000000").values()
+    labels = {p.context.pid: p.context.label for p in job}
+    assert labels == {10: "rank 0", 11: "rank 1", 99: "pid 99@host", 98: "rank 0"}
+    dead = [dataclasses.replace(workers[1], state=ProbeState.DEAD)]
+    [job] = select_jobs([*dead, helper], "03000000").values()
+    assert {p.context.pid: p.context.label for p in job}[99] == "rank 1"  # no live holder

@@ -368,3 +368,54 @@ def test_format_then_parse_round_trips(ranks):
 
 def test_format_ranks_compresses_runs():
     assert format_ranks([7, 0, 1, 2, 4, 5, 6]) == "0-2,4-7"
+
+
+def test_a_stragglers_own_place_is_where_it_spends_time_its_peers_do_not():
+    from rankscope.stacks.analysis import odd_place
+    from rankscope.stacks.model import TimeShares
+
+    def shares(**places: int) -> TimeShares:
+        ranked = tuple(sorted(((k.replace("_", " ", 1), v) for k, v in places.items()),
+                              key=lambda kv: -kv[1]))  # fmt: skip
+        return TimeShares(1.5, sum(places.values()), ranked)
+
+    straggler = shares(compute_221=48, step_225=47, reduce_248=5)
+    peer = shares(step_225=50, reduce_248=50)
+    odd = odd_place(straggler, [peer, peer])
+    assert odd is not None and odd.place == "compute 221"
+    assert (round(odd.share, 2), odd.peers_share) == (0.48, 0.0)
+    slower = odd_place(shares(step_225=90, reduce_248=10), [peer])  # the same line, slower
+    assert slower is not None and (slower.place, slower.peers_share) == ("step 225", 0.5)
+    assert odd_place(shares(step_225=55, reduce_248=45), [peer]) is None  # where they all are
+    assert odd_place(straggler, []) is None and odd_place(shares(), [peer]) is None
+
+
+def test_sampling_finds_the_line_a_busy_thread_spends_its_time_on():
+    import threading
+
+    from rankscope.runtime.probe import OWN_THREAD_PREFIX
+    from rankscope.stacks.capture import sample_places
+
+    found = []
+    sampler = threading.Thread(
+        target=lambda: found.append(sample_places(0.3, 0.005)), name=OWN_THREAD_PREFIX + "test"
+    )
+    sampler.start()
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        pass  # the busy line
+    sampler.join()
+    [shares] = found
+    top, count = shares.places[0]
+    assert top.startswith("test_sampling_finds_the_line_a_busy_thread_spends_its_time_on ")
+    assert top.endswith(f"test_stacks_analysis.py:{_line_of_busy()}")
+    assert count / shares.samples > 0.8
+
+
+def _line_of_busy() -> int:
+    import inspect
+
+    lines, first = inspect.getsourcelines(
+        test_sampling_finds_the_line_a_busy_thread_spends_its_time_on
+    )
+    return first + next(i for i, line in enumerate(lines) if "# the busy line" in line) - 1

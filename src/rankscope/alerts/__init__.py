@@ -1,7 +1,6 @@
 """Alerts: rules over each rank's logs and memory, events in the run directory, a webhook, and
 `rankscope alerts`."""
 
-from rankscope.alerts import deaths  # noqa: F401  (registers the hub's death alert)
 from rankscope.alerts.model import Alert, AlertSettings, RegexRule
 from rankscope.alerts.rules import alert_on, configure_alerts
 

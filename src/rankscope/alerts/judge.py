@@ -23,6 +23,7 @@ from typing import Any
 from rankscope.alerts.model import Alert
 from rankscope.ranks import format_ranks
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import without_inherited_ranks
 
 __all__ = [
     "FALLBACK_RANKS",
@@ -203,9 +204,8 @@ class HubReader:
                 self.hub = find_hub()
             if self.hub is None:
                 return None
-            return list(
-                ray.get(self.hub.list_probes.remote(job_id, fields), timeout=JUDGE_TIMEOUT_S)
-            )
+            rows = ray.get(self.hub.list_probes.remote(job_id, fields), timeout=JUDGE_TIMEOUT_S)
+            return without_inherited_ranks(list(rows))
         except Exception:
             self.hub = None  # the hub restarted or moved: look it up again next time
             return None

@@ -25,8 +25,24 @@ def demo(
     ] = "stall",
     workers: Annotated[int, typer.Option("--workers", min=2, max=16)] = 4,
     steps: Annotated[int, typer.Option("--steps", min=1)] = 30,
+    client: Annotated[
+        str | None,
+        typer.Option(
+            "--client",
+            help="Run an incident of the catalog on a real client instead: actors, verl or "
+            "raytrain; --fault names it (exception, sigkill, stall_loader, ..., "
+            "or list).",
+        ),
+    ] = None,
 ) -> None:
     """Run a small 4-rank data-parallel job on a local Ray cluster and debug it."""
+    if client is not None:
+        from rankscope.demo.incidents.run import client_faults, run_incident
+
+        if fault == "list":
+            out.print("\n".join(client_faults(client)))
+            return
+        raise typer.Exit(run_incident(client, fault, console=out))
     if fault == "all" or "," in fault:
         from rankscope.demo.every_fault import run_every_fault
         from rankscope.demo.faults import fault_names

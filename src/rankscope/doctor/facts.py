@@ -41,7 +41,8 @@ def collect_facts() -> EnvironmentFacts:
         platform=platform.platform(terse=True),
         rankscope=__version__,
         ray=ray.__version__,
-        torch=getattr(torch, "__version__", None),
+        torch=str(torch.__version__) if torch is not None else None,  # a TorchVersion would
+        # make the CLI import torch (2 s) to unpickle the reply
         cuda=_torch_cuda_version(torch),
         nccl=_nccl_version(torch),
         gpus=_gpu_names(torch),

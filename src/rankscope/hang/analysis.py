@@ -392,27 +392,3 @@ def _ranks(ranks: Sequence[int]) -> str:
 
 def _group_order(name: str) -> tuple[int, str]:
     return (0, f"{int(name):08d}") if name.isdigit() else (1, name)
-
-
-SLOW_LIMIT_S = 300.0
-"""A rank its group has waited for this long is stuck, moving or not (the watchdog's default
-`hang_timeout`): the report's verdict and the group judge's alerts both use it."""
-IO_MOTION_BYTES = 1 << 20
-"""Storage I/O between two looks that counts as motion: a checkpoint writes megabytes, while a
-stuck rank's process may still write a log line or rankscope's own step file."""
-
-
-def what_moved(before: str, after: str) -> str:
-    """What changed between two `motion` summaries (`chain:io`), or "" when nothing did: the
-    call chain (functions, not lines), or at least IO_MOTION_BYTES of storage I/O."""
-    if not before or not after or before == after:
-        return ""
-    chain_a, _, io_a = before.partition(":")
-    chain_b, _, io_b = after.partition(":")
-    if chain_a != chain_b:
-        return "its call stack changed"
-    try:
-        grew = int(io_b) - int(io_a)
-    except ValueError:
-        return ""
-    return "it reads or writes storage" if grew >= IO_MOTION_BYTES else ""

@@ -1,5 +1,5 @@
 """Hangs and desyncs raised as alerts within seconds, with no command run (deaths: the hub
-raises them, `alerts.deaths`, as it outlives a group torn down at its first death).
+raises them, `hang.death_alert`, as it outlives a group torn down at its first death).
 
 The judge runs on the watchdog's thread of ranks 0-3 of each group; the lowest live one judges
 (as the monitor's group judge: `alerts.judge.judges_group`). Every `JUDGE_EVERY_S` while its
@@ -30,14 +30,9 @@ from rankscope.alerts.judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.alerts.model import Alert
 from rankscope.alerts.rules import publish
 from rankscope.context import get_context
-from rankscope.hang.analysis import (
-    SLOW_LIMIT_S,
-    FindingKind,
-    RankEvidence,
-    analyze_hang,
-    what_moved,
-)
+from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang
 from rankscope.hang.model import RecorderSnapshot
+from rankscope.hang.motion import SLOW_LIMIT_S, Mark, mark_of, what_moved
 from rankscope.hang.recorder import failure_listeners, oldest_call_start
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
@@ -144,8 +139,8 @@ class GroupJudge:
     gate: AlertGate = field(default_factory=lambda: AlertGate(COOLDOWN_S))
     at: float = 0.0
     every: float = JUDGE_EVERY_S
-    motions: dict[int, tuple[int, str]] = field(default_factory=dict)
-    """Each rank's step and `motion` at the previous look (empty when there was none)."""
+    motions: dict[int, Mark] = field(default_factory=dict)
+    """What the previous look saw of each rank (empty when there was none)."""
 
     def tick(self, now: float | None = None) -> None:
         with contextlib.suppress(Exception):
@@ -191,10 +186,10 @@ class GroupJudge:
             publish(new, resolved)
 
 
-def motions_of(probes: Sequence[ProbeStatus]) -> dict[int, tuple[int, str]]:
-    """rank -> (step, `motion` summary) of the live ranks."""
+def motions_of(probes: Sequence[ProbeStatus]) -> dict[int, Mark]:
+    """rank -> what this look sees of it (`hang.motion`), for the live ranks."""
     return {
-        int(p.context.rank): (p.progress.step, str(p.summaries.get("motion") or ""))
+        int(p.context.rank): mark_of(p)
         for p in probes
         if p.context.rank is not None and p.state != ProbeState.DEAD
     }
@@ -202,21 +197,19 @@ def motions_of(probes: Sequence[ProbeStatus]) -> dict[int, tuple[int, str]]:
 
 def stuck_only(
     alerts: Sequence[Alert],
-    before: Mapping[int, tuple[int, str]],
-    after: Mapping[int, tuple[int, str]],
+    before: Mapping[int, Mark],
+    after: Mapping[int, Mark],
     waited_s: float,
 ) -> list[Alert]:
-    """The alerts less the hangs whose rank moved between the two looks (its step, its call
-    chain or its disk I/O): slow, not stuck, until the group waited SLOW_LIMIT_S. A hang with
-    no earlier look to compare with waits for the next turn."""
+    """The alerts less the hangs whose rank moved between the two looks (`hang.motion`): slow,
+    not stuck, until the group waited SLOW_LIMIT_S. A hang with no earlier look to compare
+    with, or no motion known, waits for the next turn."""
     out = []
     for a in alerts:
         if a.rule == "hang" and a.rank is not None and waited_s < SLOW_LIMIT_S:
             then, now = before.get(a.rank), after.get(a.rank)
-            if then is None or now is None or not now[1]:
-                continue  # no earlier look (or no motion known): the next turn decides
-            if then[0] != now[0] or what_moved(then[1], now[1]):
-                continue  # it stepped, or its call chain or storage I/O moved: slow
+            if then is None or now is None or not now.motion or what_moved(then, now):
+                continue
         out.append(a)
     return out
 

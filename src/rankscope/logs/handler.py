@@ -20,9 +20,9 @@ from rankscope.context import get_context
 from rankscope.files import FILE_MODE, private_dirs
 from rankscope.logs import summary
 from rankscope.logs.files import ROTATE_KEEP, job_log_dir, rotated
-from rankscope.runtime.probe import progress
+from rankscope.runtime.probe import progress, register_startup
 
-__all__ = ["RankFileHandler", "capture_logging", "rank_handler"]
+__all__ = ["AUTO_CAPTURE_LEVEL", "RankFileHandler", "capture_logging", "rank_handler"]
 
 DEFAULT_MAX_BYTES = 64 << 20
 _IDENTITY_TTL_S = 1.0
@@ -173,3 +173,41 @@ def capture_logging(names: list[str] | tuple[str, ...] | None = None) -> RankFil
         if handler not in logger.handlers:
             logger.addHandler(handler)
     return handler
+
+
+AUTO_CAPTURE_LEVEL = logging.ERROR
+"""With no code change, records of this level and above that reach the root logger go to the
+rank's file too, so an error burst is found though nobody called `capture_logging`. A record
+below it costs the training thread two comparisons."""
+
+
+class _RootErrors(logging.Handler):
+    """On the root logger from the probe's start: ERROR records into the rank's file. Where it
+    is the only handler a record meets, the record is also printed as Python prints it with
+    no handler at all (`logging.lastResort`), so the worker's stderr keeps what it had."""
+
+    def handle(self, record: logging.LogRecord) -> bool:  # no lock: two comparisons mostly
+        if record.levelno >= AUTO_CAPTURE_LEVEL:
+            rank_handler().emit(record)
+        last = logging.lastResort
+        if last is not None and record.levelno >= last.level and self._alone(record.name):
+            last.handle(record)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.handle(record)
+
+    def _alone(self, name: str) -> bool:
+        logger: logging.Logger | None = logging.getLogger(name)
+        while logger is not None:
+            if any(h is not self for h in logger.handlers):
+                return False
+            logger = logger.parent if logger.propagate else None
+        return True
+
+
+@register_startup
+def _capture_errors(probe: object) -> None:
+    root = logging.getLogger()
+    if not any(isinstance(h, _RootErrors) for h in root.handlers):
+        root.addHandler(_RootErrors())

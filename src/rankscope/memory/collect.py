@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ def collect(
     *,
     deadline_s: float = DEFAULT_DEADLINE_S,
     history: bool = False,
+    points: int | None = None,
     watched: dict[str, list[MemorySnapshot]] | None = None,
     thresholds: analysis.MemoryThresholds | None = None,
 ) -> JobMemory:
@@ -48,10 +50,11 @@ def collect(
     replies: dict[str, RankMemoryReply] = {}
     errors: dict[str, str] = {}
     if live:
-        result = client.fan_out("memory", live, args={"history": history}, deadline_s=deadline_s)
+        args = {"history": history, **({"points": points} if points else {})}
+        result = client.fan_out("memory", live, args=args, deadline_s=deadline_s)
         for reply in result.replies:
             if reply.ok and isinstance(reply.payload, RankMemoryReply):
-                replies[reply.probe_id] = reply.payload
+                replies[reply.probe_id] = _with_trend_leaks(reply.payload)
             else:
                 errors[reply.probe_id] = reply.error or "unexpected reply"
         for p in result.missing:
@@ -68,7 +71,7 @@ def collect(
             series = watched.setdefault(pid, [])
             series.append(got.snapshot)
             del series[:-WATCH_HISTORY]
-        if got is not None and got.has_profiler:
+        if got is not None and (got.has_profiler or got.leaks):
             leaks = got.leaks
         elif watched is not None and pid in watched:
             leaks = analysis.detect_leaks(watched[pid], metrics=("rss",))
@@ -130,3 +133,21 @@ def watch_views(
     except KeyboardInterrupt:
         pass
     return last
+
+
+TREND_LEAK = analysis.LeakThresholds(
+    warmup=10, min_points=10, min_growth_bytes=64 * 2**20, min_growth_fraction=0.05
+)
+"""The leak test on a rank's heartbeat trend, which nobody asked for: a growth of 64 MiB and
+5% at least, after ten heartbeats of training, so that a healthy job's start-up and the
+allocator's settling are never called a leak."""
+
+
+def _with_trend_leaks(reply: RankMemoryReply) -> RankMemoryReply:
+    """A rank with no profiler sent its heartbeat trend: its RSS leak test, run here, over
+    the heartbeats since its first step."""
+    if reply.has_profiler or not reply.history:
+        return reply
+    training = [s for s in reply.history if s.step]
+    found = analysis.detect_leaks(training, TREND_LEAK, metrics=("rss",))
+    return dataclasses.replace(reply, leaks=found)

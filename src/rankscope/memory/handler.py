@@ -9,22 +9,33 @@ memory --watch` asks every 2 s); the replies in between carry the last suspects.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from rankscope.config import Config
 from rankscope.memory import analysis
 from rankscope.memory import snapshot as snap
-from rankscope.memory.model import RankMemoryReply
+from rankscope.memory.model import MemorySnapshot, RankMemoryReply
 from rankscope.memory.profiler import active_profiler
 from rankscope.runtime.api import current_probe
-from rankscope.runtime.probe import progress, register_handler
+from rankscope.runtime.probe import progress, register_handler, register_tick
 
 HISTORY_LIMIT = 400
 """Profiler snapshots sent back at most (thinned evenly), so replies stay small."""
+TREND_POINTS = 600
+"""Heartbeat snapshots of this process's host memory kept without a profiler: ten minutes at
+one heartbeat a second, so a live report can test a leak with no code change."""
+_trend: deque[MemorySnapshot] = deque(maxlen=TREND_POINTS)
+
+
+@register_tick
+def _sample_trend() -> None:
+    """Each heartbeat: RSS and the node's memory (a few microseconds, no CUDA, no USS)."""
+    _trend.append(snap.take_snapshot(step=progress.step, tag="heartbeat", uss=False))
 
 
 def current_memory(
-    *, history: bool = False, suspects_max_age_s: float | None = None
+    *, history: bool = False, suspects_max_age_s: float | None = None, points: int = HISTORY_LIMIT
 ) -> RankMemoryReply:
     """This process's memory as the `memory` command reports it; the suspects are reused while
     younger than `suspects_max_age_s` (default: the probe's `suspects_interval`; 0: never)."""
@@ -32,7 +43,8 @@ def current_memory(
     device = profiler.device if profiler is not None else _initialised_cuda_device()
     now = snap.take_snapshot(step=progress.step, tag="probe", cuda_device=device, uss=True)
     if profiler is None:
-        return RankMemoryReply(now)
+        trend = tuple(analysis.thin(list(_trend), points)) if history else ()
+        return RankMemoryReply(now, history=trend)
     if suspects_max_age_s is None:
         suspects_max_age_s = suspects_interval()
     report = (
@@ -43,7 +55,7 @@ def current_memory(
     return RankMemoryReply(
         now,
         has_profiler=True,
-        history=tuple(analysis.thin(profiler.snapshots, HISTORY_LIMIT)) if history else (),
+        history=tuple(analysis.thin(profiler.snapshots, points)) if history else (),
         leaks=report.findings if report is not None else (),
         suspects=report.suspects if report is not None else (),
         thinned=profiler.thinned,
@@ -58,7 +70,9 @@ def suspects_interval() -> float:
 
 @register_handler("memory", off_thread=True)
 def _memory_command(args: dict[str, Any]) -> RankMemoryReply:
-    return current_memory(history=bool((args or {}).get("history", False)))
+    args = args or {}
+    points = min(HISTORY_LIMIT, int(args.get("points", HISTORY_LIMIT)))
+    return current_memory(history=bool(args.get("history", False)), points=points)
 
 
 def _initialised_cuda_device() -> int | None:

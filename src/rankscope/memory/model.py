@@ -187,7 +187,8 @@ class RankMemoryReply:
     snapshot: MemorySnapshot
     has_profiler: bool = False
     history: tuple[MemorySnapshot, ...] = ()
-    """The profiler's snapshots (thinned), when asked with history=True."""
+    """When asked with history=True: the profiler's snapshots (thinned), or without one the
+    heartbeat trend of host memory (`handler.TREND_POINTS`)."""
     leaks: tuple[LeakFinding, ...] = ()
     suspects: tuple[AllocationSite, ...] = ()
     thinned: int = 0

@@ -15,13 +15,22 @@ from dataclasses import dataclass
 
 from rankscope.alerts.analysis import AlertGate as BaseGate
 from rankscope.alerts.model import Alert
-from rankscope.monitor.analysis import loss_levels_disagree
+from rankscope.monitor.analysis import first_nonfinite, loss_levels_disagree
 from rankscope.monitor.collectives import align, latency_findings, window_scores
-from rankscope.monitor.model import Finding, FindingKind, Thresholds
+from rankscope.monitor.model import Finding, FindingKind, RankSeries, Thresholds
 from rankscope.monitor.straggler import MIN_TREND, StragglerScore, straggler_scores
 from rankscope.monitor.view import RankInput, arrivals
 
-__all__ = ["ONCE", "SEVERITY", "AlertGate", "alerted", "finding_alerts", "group_findings"]
+__all__ = [
+    "ONCE",
+    "PERSIST_S",
+    "SEVERITY",
+    "AlertGate",
+    "Persistence",
+    "alerted",
+    "finding_alerts",
+    "group_findings",
+]
 
 SEVERITY = {
     FindingKind.NON_FINITE: "critical",
@@ -83,13 +92,13 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
     """
     groups: dict[str, list[RankInput]] = {}
     unstepped: dict[str, list[RankInput]] = {}
+    found: list[Finding] = _first_nonfinite(inputs)
     for i in inputs:
         if i.state == "alive" and i.summary is not None and i.summary.step_s > 0:
             if i.summary.steps_over >= MIN_TREND:  # a step or two is a sample (start-up)
                 groups.setdefault(i.group, []).append(i)
         elif i.state == "alive" and i.collectives:
             unstepped.setdefault(i.group, []).append(i)
-    found: list[Finding] = []
     for group, members in sorted(unstepped.items()):
         if group not in groups:  # nobody marks steps (a client left unchanged): the collectives
             records = {m.rank: m.collectives for m in members}
@@ -116,6 +125,17 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
         step_s = statistics.median(m.summary.step_s for m in members if m.summary)
         found += _unnamed(latency_findings(alignment, group, thresholds, step_s), slow)
     return found
+
+
+def _first_nonfinite(inputs: Sequence[RankInput]) -> list[Finding]:
+    """Each group's first NaN/Inf, named at the rank it began on: one all_reduce spreads it to
+    every rank at the same step, so a rank's own alert would name whichever heartbeat first."""
+    by_group: dict[str, list[RankSeries]] = {}
+    for i in inputs:
+        if i.summary is not None and i.summary.first_nonfinite is not None:
+            series = RankSeries(i.rank, i.group, i.node, i.role, (), i.summary.first_nonfinite)
+            by_group.setdefault(i.group, []).append(series)
+    return [f for group in sorted(by_group) if (f := first_nonfinite(by_group[group]))]
 
 
 def _unnamed(late: Iterable[Finding], slow: Sequence[Finding]) -> list[Finding]:
@@ -155,3 +175,30 @@ class AlertGate(BaseGate):
     """
 
     once: frozenset[str] = frozenset(k.value for k in ONCE)
+
+
+PERSIST_S = 20.0
+"""A straggler or a late arrival becomes an alert only once the group's judge has seen it at
+every turn for this long (three turns, 10 s apart): the heartbeats carry a rank's last 16
+collectives, a second or two of a fast job, and a rank the host descheduled for that long is
+no straggler."""
+PERSISTENT = frozenset({FindingKind.STRAGGLER, FindingKind.COLLECTIVE_LATENCY})
+
+
+class Persistence:
+    """Since when each straggler or late-arrival finding has been seen at every judge turn."""
+
+    def __init__(self) -> None:
+        self._since: dict[tuple[FindingKind, tuple[int, ...], str], float] = {}
+
+    def held(self, findings: Sequence[Finding], now: float) -> list[Finding]:
+        """The findings to raise now: the others, and the persistent kinds seen since
+        `PERSIST_S` ago at least (a finding missing from a turn starts over)."""
+        seen = {(f.kind, f.ranks, f.group) for f in findings if f.kind in PERSISTENT}
+        self._since = {key: self._since.get(key, now) for key in seen}
+        return [
+            f
+            for f in findings
+            if f.kind not in PERSISTENT
+            or now - self._since[(f.kind, f.ranks, f.group)] >= PERSIST_S
+        ]

@@ -20,12 +20,19 @@ from rankscope.alerts.judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.alerts.model import AlertSettings
 from rankscope.alerts.rules import publish
 from rankscope.context import get_context
-from rankscope.monitor.alert_rules import AlertGate, alerted, finding_alerts, group_findings
+from rankscope.monitor.alert_rules import (
+    AlertGate,
+    Persistence,
+    alerted,
+    finding_alerts,
+    group_findings,
+)
 from rankscope.monitor.model import Finding, Thresholds
 
 __all__ = ["judge_group", "raise_local"]
 
 _gates: dict[str, AlertGate] = {}
+_persistence = Persistence()
 _hub = HubReader()
 """The hub read a turn (at most `JUDGE_TIMEOUT_S`, on the probe thread, never the training's)."""
 
@@ -79,7 +86,8 @@ def judge_group(thresholds: Thresholds | None = None) -> None:
         mine = [p for p in probes if (p.context.group or "") == group]
         if not judges_group(ctx.rank, ctx.group, mine):
             return
-        _raise(_gate("group"), group_findings(inputs_of(mine), thresholds or Thresholds()))
+        found = group_findings(inputs_of(mine), thresholds or Thresholds())
+        _raise(_gate("group"), _persistence.held(found, time.time()))
         _raise_silent(mine, ctx.job_id or "")
     except Exception:
         pass

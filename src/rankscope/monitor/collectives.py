@@ -111,6 +111,12 @@ MIN_SKEW_S = 0.005
 have no meaningful last rank, only the first of a step has; a busy host jitters by a few ms."""
 
 
+ARRIVAL_SHARE = 0.1
+"""A last arrival counts (`Alignment.last_arrivals`) when it came this share of the group's
+period between collectives after the first rank, or `MIN_SKEW_S`: who came last by a few ms
+of a 100 ms step is the host's scheduling, not a straggler."""
+
+
 @dataclass(frozen=True)
 class Alignment:
     collectives: tuple[Aligned, ...]
@@ -118,7 +124,7 @@ class Alignment:
     last_arrivals: dict[int, int]
     """Per rank, at how many of the `count` collectives with a real wait it arrived last."""
     count: int
-    """Collectives whose first and last arrival are `MIN_SKEW_S` or more apart."""
+    """Collectives whose first and last arrival are far enough apart (`ARRIVAL_SHARE`)."""
 
 
 def align(
@@ -146,7 +152,8 @@ def align(
             )
         )
     aligned.sort(key=lambda a: min(a.starts.values()))
-    waited = [a for a in aligned if a.skew_s >= min_skew_s]
+    floor = max(min_skew_s, ARRIVAL_SHARE * _period(aligned))
+    waited = [a for a in aligned if a.skew_s >= floor]
     last = Counter(a.last for a in waited)
     return Alignment(tuple(aligned), dict(last), len(waited))
 

@@ -37,6 +37,10 @@ SUMMARY_STEPS = 10
 COLLECTIVES_SENT = 1024
 ALERTS_EVERY_S = 10.0
 """The summary redoes this rank's own findings at most this often (a few ms of the probe thread)."""
+NONFINITE_SETTLE_S = 2.5
+"""After a rank's first NaN, its group is judged again this much later (two heartbeats): an
+all_reduce spreads the NaN to every rank at one step, and the group's judge names the rank it
+began on only once every rank's heartbeat has said where its own came from."""
 ALERT_STEPS = 200
 """...over this many recent steps."""
 MAX_ALERTS, MAX_ALERT_CHARS = 4, 240
@@ -62,6 +66,7 @@ class StepRecorder:
         self.rows: collections.deque[Row] = collections.deque(maxlen=capacity)
         self.total = 0
         self.first_nonfinite: NonFinite | None = None
+        self.nonfinite_judge_at: float | None = None
         self.alerts: tuple[str, ...] = ()
         self.alerts_at = 0.0
         self._lock = threading.Lock()  # only for the first non-finite, written once
@@ -231,9 +236,14 @@ def summary() -> MonitorSummary | None:
     new_nonfinite = _recorder.first_nonfinite is not None and not any(
         a.startswith("first ") for a in _recorder.alerts
     )
-    if now - _recorder.alerts_at >= ALERTS_EVERY_S or new_nonfinite:  # a NaN shows at once
+    if new_nonfinite:  # judged once the other ranks' heartbeats have said theirs
+        _recorder.nonfinite_judge_at = now + NONFINITE_SETTLE_S
+    settled = _recorder.nonfinite_judge_at is not None and now >= _recorder.nonfinite_judge_at
+    if now - _recorder.alerts_at >= ALERTS_EVERY_S or new_nonfinite or settled:
         _recorder.alerts_at = now
         _recorder.alerts = _local_alerts(memory)
+        if settled:
+            _recorder.nonfinite_judge_at = None
         alerting.judge_group()
     return MonitorSummary(
         step=samples[-1].step,
@@ -271,7 +281,8 @@ def _local_alerts(memory: MemoryUse) -> tuple[str, ...]:
         first = analysis.first_nonfinite([RankSeries(rank, ctx.group or "", "", "", (), nonfinite)])
     except Exception:  # the summary must go out whatever the analysis does
         return ()
-    alerting.raise_local(([first] if first is not None else []) + found)
+    own = [first] if first is not None and ctx.rank is None else []  # no group to judge it
+    alerting.raise_local(own + found)  # a rank's first NaN is its group judge's to name
     lines = [f"first {nonfinite.where}"] if nonfinite is not None else []
     lines += [f.evidence for f in found]
     return tuple(line[:MAX_ALERT_CHARS] for line in lines[:MAX_ALERTS])

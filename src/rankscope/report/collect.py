@@ -12,9 +12,10 @@ import time
 from typing import Any
 
 from rankscope.errors import UserError
-from rankscope.report.diagnosis import moved
+from rankscope.hang.motion import moved
 from rankscope.report.files import JobFiles, is_trace, read_job_files, read_on_hub_node
 from rankscope.report.model import RunData
+from rankscope.report.straggler_places import sample_places, stragglers
 from rankscope.runtime.run_dir import read_reports, tail_events
 from rankscope.serialize import plain
 
@@ -26,6 +27,10 @@ MONITOR_DEADLINE_S = 5.0
 MOTION_GAP_S = 2.0
 """Two reads of the ranks' `motion` at least this far apart (two heartbeats): a rank its group
 waits for that moved in between is slow, not stuck."""
+MEMORY_POINTS = 60
+"""Heartbeat snapshots of memory per rank the live report reads: a trend, not a history."""
+LIVE_MEMORY_RANKS = 64
+"""Up to this many ranks the Memory section charts every rank; past it, the leaking ones."""
 HANG_MIN_WAIT_S = 5.0
 """As `rankscope hang`'s default: a shorter wait in a collective is not yet a hang."""
 
@@ -116,6 +121,7 @@ def _from_hub(
     pending: tuple[dict[str, Any], ...] = ()
     notes = list(skipped)
     moving: dict[str, str] = {}
+    odd_places: tuple[dict[str, Any], ...] = ()
     if live and alive:
         looked_at = time.monotonic()
         hang = tuple(plain(r) for r in hang_reports(address, job_id, HANG_MIN_WAIT_S))
@@ -128,6 +134,16 @@ def _from_hub(
             series, health = _monitor(client, job_id)
         except Exception as exc:  # the page goes on without the series
             notes.append(f"the ranks' step series could not be read ({exc})")
+        try:
+            targets = stragglers(health, events)
+            if targets:
+                odd_places = sample_places(client, client.probes(job_id), targets)
+        except Exception as exc:  # the page goes on without it
+            notes.append(f"the straggler's time could not be sampled ({exc})")
+        try:
+            artifacts = {**artifacts, **_live_memory(client, job_id)}
+        except Exception as exc:  # the page goes on without it
+            notes.append(f"the ranks' memory trend could not be read ({exc})")
         try:
             from rankscope.doctor.collect import job_environments
 
@@ -153,6 +169,7 @@ def _from_hub(
         first_death=status.first_death,
         died_at=status.died_at,
         moving=moving,
+        odd_places=odd_places,
         hang=hang,
         stacks=stacks,
         health=health,
@@ -193,6 +210,21 @@ def _monitor(
         return (), ()
     result = client.fan_out("monitor", live, deadline_s=MONITOR_DEADLINE_S)
     return monitor_data([r.payload for r in result.replies if isinstance(r.payload, RankSeries)])
+
+
+def _live_memory(client: Any, job_id: str) -> dict[str, Any]:
+    """The ranks' host memory trend and its leak test, as a memory profile the Memory section
+    reads: every rank's up to `LIVE_MEMORY_RANKS`, past it only the leaking ones."""
+    from rankscope.memory.collect import collect
+
+    probes = client.probes(job_id)
+    job = collect(client, job_id, probes, history=True, points=MEMORY_POINTS)
+    replies = list(job.replies.values())
+    if len(replies) > LIVE_MEMORY_RANKS:
+        replies = [r for r in replies if any(f.leak for f in r.leaks)]
+    if not replies:
+        return {}
+    return {"memory-live": {"data": plain({"memory": job.view, "replies": replies})}}
 
 
 def _job_files(

@@ -14,18 +14,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from rankscope.hang.analysis import SLOW_LIMIT_S, what_moved
+from rankscope.hang.motion import SLOW_LIMIT_S
 from rankscope.report.layout import process_label
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section, Severity
 from rankscope.report.section_diagnosis import from_hang, from_section, rank_places, ranks_text
-from rankscope.runtime.protocol import ProbeStatus
 
 __all__ = [
     "VERDICT_ORDER",
     "WAITS_FOR",
     "diagnose",
     "is_consequence",
-    "moved",
     "own_errors",
     "slow_culprits",
 ]
@@ -367,32 +365,3 @@ def _node_of(data: RunData, probe_id: str) -> str | None:
             ctx = p["info"]["context"]
             return ctx.get("node_ip") or ctx.get("hostname")
     return None
-
-
-def moved(before: Sequence[ProbeStatus], after: Sequence[ProbeStatus]) -> dict[str, str]:
-    """Probe id -> what moved between two registry reads: its step, its newest collective (a
-    rank that all_reduces every step, `rankscope.step()` or not), its call chain or its disk I/O
-    (the `motion` heartbeat summary). CPU alone is not motion: a spinning rank is stuck."""
-    then = {p.info.probe_id: p for p in before}
-    out = {}
-    for p in after:
-        old = then.get(p.info.probe_id)
-        if old is None:
-            continue
-        if p.progress.step != old.progress.step:
-            out[p.info.probe_id] = "its step moved"
-            continue
-        if _newest_call(p) != _newest_call(old) and _newest_call(p) is not None:
-            out[p.info.probe_id] = "its collectives moved on"
-            continue
-        a, b = str(old.summaries.get("motion") or ""), str(p.summaries.get("motion") or "")
-        if change := what_moved(a, b):
-            out[p.info.probe_id] = change
-    return out
-
-
-def _newest_call(p: ProbeStatus) -> tuple[str, int] | None:
-    """(group, sequence number) of the newest collective in its heartbeat, None without one."""
-    snapshot: Any = p.summaries.get("collectives")
-    records = getattr(snapshot, "records", None) or ()
-    return (records[-1].group, records[-1].seq) if records else None

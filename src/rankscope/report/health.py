@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rankscope.ranks import format_ranks
@@ -97,8 +97,7 @@ def monitor_section(data: RunData, now: float) -> Section | None:
         return None
     said = [
         (f"{f['kind']}: {f['evidence']} (what to do: {f['advice']})", monitor_fails(f))
-        for h in data.health
-        for f in h.get("findings", ())
+        for f in in_monitor_order(f for h in data.health for f in h.get("findings", ()))
     ]
     findings = [text for text, fails in said if fails]
     noted = tuple(text for text, fails in said if not fails)
@@ -143,6 +142,29 @@ NOTED_ONLY = frozenset({"loss_oscillation"})
 """Monitor findings the page notes but does not fail on (as `rankscope alerts` raises none):
 on a shared machine they are noisy. A throughput that rises or only fluctuates is noted too;
 a drop fails."""
+
+
+MONITOR_ORDER = (
+    "non_finite",
+    "loss_spike",
+    "loss_disagreement",
+    "loss_divergence",
+    "straggler",
+    "collective_latency",
+    "throughput_drift",
+    "device_memory",
+    "host_memory",
+)
+"""Which monitor finding the page and the verdict name first: a sharp event before a trend,
+one rank's own before the whole job's (a rank's slowness drags every rank's throughput)."""
+
+
+def in_monitor_order(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    def place(f: Mapping[str, Any]) -> int:
+        kind = f.get("kind")
+        return MONITOR_ORDER.index(kind) if kind in MONITOR_ORDER else len(MONITOR_ORDER)
+
+    return sorted(findings, key=place)
 
 
 def monitor_fails(finding: Mapping[str, Any]) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 from rankscope.ranks import format_ranks, parse_rank_spec
 from rankscope.report.environment import saved_results
-from rankscope.report.health import monitor_fails
+from rankscope.report.health import in_monitor_order, monitor_fails
 from rankscope.report.layout import other_jobs_holders, short_name
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section
 
@@ -87,13 +87,15 @@ def from_section(
         return found
     sentence = section.findings[0]
     kind = SENTENCE_KINDS.get(section.key, DiagnosisKind.ALERT)
-    if section.key == "memory" and " leaks: " in sentence:
+    where = _where_in(sentence)
+    if section.key == "memory" and " leaks: " in sentence:  # "rank 2: rss leaks: ..."
         kind = DiagnosisKind.LEAK
+        where = where or sentence.split(" leaks: ", 1)[0].rsplit(": ", 1)[-1]
     return Diagnosis(
         kind,
         _culprit_in(sentence),
         _ranks_in(sentence),
-        _where_in(sentence),
+        where,
         sentence,
         sentence,
         source=section.key,
@@ -232,18 +234,18 @@ def _consistency_section(
 def _monitor_section(
     section: Section, data: RunData, places: Mapping[tuple[str | None, int], str]
 ) -> Diagnosis | None:
-    for h in data.health:
-        for f in h.get("findings", ()):
-            if not monitor_fails(f):
-                continue
+    for f in in_monitor_order(f for h in data.health for f in h.get("findings", ())):
+        if monitor_fails(f):
             kind = _MONITOR_KINDS.get(str(f.get("kind")), DiagnosisKind.ALERT)
             ranks = tuple(int(r) for r in f.get("ranks") or ())
+            step = f"step {f['step']}" if f.get("step") is not None else ""
+            where, spent = _odd_place(data, kind, ranks)
             return Diagnosis(
                 kind,
                 ranks_text(ranks) if ranks else "?",
                 ranks,
-                f"step {f['step']}" if f.get("step") is not None else "",
-                str(f.get("evidence", "")),
+                where or step,
+                str(f.get("evidence", "")) + spent,
                 section.findings[0],
                 group=f.get("group") or None,
                 source="monitor",
@@ -270,12 +272,14 @@ def _alerts_section(
         if str(p.get("message", "")) != section.findings[0]:
             continue
         ranks = (int(rank),) if rank is not None else _ranks_in(section.findings[0])
+        kind = _ALERT_KINDS.get(rule, DiagnosisKind.ALERT)
+        where, spent = _odd_place(data, kind, ranks)
         return Diagnosis(
-            _ALERT_KINDS.get(rule, DiagnosisKind.ALERT),
+            kind,
             ranks_text(ranks) if ranks else rule,
             ranks,
-            _where_in(section.findings[0]),
-            section.findings[0],
+            where or _where_in(section.findings[0]),
+            section.findings[0] + spent,
             section.findings[0],
             group=p.get("group"),
             source="alerts",
@@ -313,6 +317,19 @@ def _environment_section(
 
 
 # ----------------------------------------------------------------- helpers
+def _odd_place(data: RunData, kind: DiagnosisKind, ranks: Sequence[int]) -> tuple[str, str]:
+    """A straggler's own place (`RunData.odd_places`) and the words that say so."""
+    if kind is not DiagnosisKind.STRAGGLER or len(ranks) != 1:
+        return "", ""
+    for p in data.odd_places:
+        if p.get("rank") == ranks[0]:
+            return str(p["place"]), (
+                f"; it spends {p['share']:.0%} of its time in {p['place']}, its peers "
+                f"{p['peers_share']:.0%} (sampled {p['seconds']:.1f} s)"
+            )
+    return "", ""
+
+
 def _place_of(
     places: Mapping[tuple[str | None, int], str], group: str | None, ranks: Sequence[int]
 ) -> str:

@@ -1,15 +1,16 @@
 """The probe: a daemon thread in each worker process that keeps the hub informed.
 
-It registers, heartbeats through a long poll, runs the commands the hub hands it on its own
-thread (so it answers while the main thread is blocked in a collective: gloo and NCCL waits
-release the GIL) and batches events. Heavy commands (`memory`) run on one worker thread within a
-time budget, so a slow handler never stalls the heartbeat or piles up requests. When the hub is
-unreachable it backs off and reconnects; no error of its own ever reaches the training code.
+It registers, heartbeats through a long poll, runs the hub's commands on its own thread (it
+answers while the main thread waits in a collective: gloo and NCCL release the GIL) and batches
+events. Heavy commands (`memory`) run on one worker thread within a time budget, so a slow
+handler never stalls the heartbeat or piles up requests. When the hub is unreachable it backs
+off and reconnects; no error of its own ever reaches the training code.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import pickle
@@ -52,6 +53,7 @@ _HANDLERS: dict[str, Handler] = {}
 _OFF_THREAD: set[str] = set()
 """Kinds whose handlers run on the worker thread, within `Config.handler_budget`."""
 _SUMMARIES: dict[str, Summary] = {}
+_TICKS: list[Callable[[], None]] = []
 GroupSource = Callable[[], dict[str, tuple[int, ...]]]
 _GROUP_SOURCES: list[GroupSource] = []
 _STARTUPS: list[Startup] = []
@@ -84,6 +86,12 @@ def register_handler(kind: str, *, off_thread: bool = False) -> Callable[[Handle
     return decorate
 
 
+def register_tick(fn: Callable[[], None]) -> Callable[[], None]:
+    """Run `fn()` on the probe thread before each heartbeat: a sampling in microseconds."""
+    _TICKS.append(fn)
+    return fn
+
+
 def register_summary(name: str) -> Callable[[Summary], Summary]:
     """Send `fn()` with every heartbeat, so the hub keeps what this process last reported.
     Every feature's summaries share `SUMMARIES_BUDGET_BYTES`, packed (`within_budget`)."""
@@ -110,11 +118,9 @@ def register_step_hook(fn: Callable[[], None]) -> Callable[[], None]:
 
 
 def register_metrics_hook(fn: MetricsHook) -> MetricsHook:
-    """Run `fn(step, time, loss, tokens, grad_norm, metrics)` in every `rankscope.step()`.
-
-    `time` is the step's `time.time()`; the numbers are what the caller passed (None when not
-    given, maybe tensors). The hook runs on the training thread: it must be cheap and never raise.
-    """
+    """Run `fn(step, time, loss, tokens, grad_norm, metrics)` in every `rankscope.step()`, on
+    the training thread (cheap, never raising): `time` is the step's `time.time()`, the numbers
+    are what the caller passed (None when not given, maybe tensors)."""
     metrics_hooks.append(fn)
     return fn
 
@@ -362,6 +368,9 @@ class Probe:
 
 
 def _summaries() -> Summaries:
+    for tick in _TICKS:
+        with contextlib.suppress(Exception):  # a feature's bug never stops the heartbeat
+            tick()
     out = {}
     for name, fn in _SUMMARIES.items():
         try:

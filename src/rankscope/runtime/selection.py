@@ -6,6 +6,7 @@ worker groups in one job, Ray Train restarts a group with the same ranks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from rankscope.errors import UserError
@@ -20,10 +21,14 @@ def select_jobs(
     by_job: dict[str, list[ProbeStatus]] = {}
     for p in probes:
         by_job.setdefault(p.context.job_id, []).append(p)
+    by_job = {job: without_inherited_ranks(ps) for job, ps in by_job.items()}
     if job_id is not None:
         if job_id not in by_job:
             known = ", ".join(sorted(by_job)) or "none"
-            raise UserError(f"--job {job_id}: no such job registered (known jobs: {known})")
+            raise UserError(
+                f"--job {job_id}: no such job registered (known jobs: {known}); a job that "
+                "just started registers as its first worker starts: run it again then"
+            )
         return {job_id: _ordered(by_job[job_id])}
     live = {j: ps for j, ps in by_job.items() if any(p.state != ProbeState.DEAD for p in ps)}
     if live:
@@ -85,6 +90,25 @@ def filter_jobs_by_group(
         f"--group {group}: matches no single group of the {len(jobs)} live jobs "
         f"(their groups: {', '.join(names) or 'none'}); name one, or choose a job with --job"
     )
+
+
+def without_inherited_ranks(probes: list[ProbeStatus]) -> list[ProbeStatus]:
+    """A process whose rank comes from RANK in its environment, while a live process of its
+    job holds that rank of that group in torch.distributed, inherited the variable (an actor a
+    verl worker starts gets the worker's env_vars): it is shown without a rank."""
+    held = {
+        (p.context.group, p.context.rank)
+        for p in probes
+        if p.context.rank_source not in ("env", "none") and p.state != ProbeState.DEAD
+    }
+    out = []
+    for p in probes:
+        ctx = p.context
+        if ctx.rank_source == "env" and (ctx.group, ctx.rank) in held:
+            plain = dataclasses.replace(ctx, rank=None, group=None, rank_source="inherited")
+            p = dataclasses.replace(p, info=dataclasses.replace(p.info, context=plain))
+        out.append(p)
+    return out
 
 
 def _ordered(probes: list[ProbeStatus]) -> list[ProbeStatus]:

@@ -20,6 +20,7 @@ from rankscope.stacks.model import (
     Frame,
     ProcessStacks,
     ThreadStack,
+    TimeShares,
     active_thread,
     headline,
     in_collective,
@@ -27,7 +28,9 @@ from rankscope.stacks.model import (
 
 __all__ = [
     "LONG_WAIT_S",
+    "MIN_ODD_SHARE",
     "PROGRESS_WINDOW_S",
+    "OddPlace",
     "StackFinding",
     "StackGroup",
     "StackMember",
@@ -37,6 +40,7 @@ __all__ = [
     "find_stuck",
     "group_stacks",
     "label_members",
+    "odd_place",
     "summarize",
     "waited_long",
 ]
@@ -372,3 +376,33 @@ def _stalled(m: StackMember) -> bool:
 
 def _member_order(m: StackMember) -> tuple[int, int, str, int]:
     return (m.rank is None, m.rank if m.rank is not None else 0, m.hostname, m.pid)
+
+
+MIN_ODD_SHARE = 0.2
+"""A place is a rank's own when it spends this much more of its time there than its peers."""
+
+
+@dataclass(frozen=True)
+class OddPlace:
+    """Where one rank spends time its peers do not: a straggler's extra time."""
+
+    place: str
+    """`function file.py:LINE`, the innermost user frame."""
+    share: float
+    peers_share: float
+
+
+def odd_place(own: TimeShares, peers: Sequence[TimeShares]) -> OddPlace | None:
+    """The place whose share of `own`'s time most exceeds its peers' (their mean), by at least
+    `MIN_ODD_SHARE`; None when no place is its own (its time goes where theirs does)."""
+    if not own.samples or not peers:
+        return None
+    best: OddPlace | None = None
+    for place, _ in own.places:
+        theirs = sum(p.share(place) for p in peers) / len(peers)
+        mine = own.share(place)
+        if mine - theirs >= MIN_ODD_SHARE and (
+            best is None or mine - theirs > best.share - best.peers_share
+        ):
+            best = OddPlace(place, mine, theirs)
+    return best

@@ -12,7 +12,14 @@ from types import FrameType
 from typing import Any
 
 from rankscope.runtime.probe import OWN_THREAD_PREFIX, register_handler
-from rankscope.stacks.model import ChildProcess, Frame, ThreadStack
+from rankscope.stacks.model import (
+    ChildProcess,
+    Frame,
+    ThreadStack,
+    TimeShares,
+    active_thread,
+    user_place,
+)
 
 _RANKSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _USER_CODE_INSIDE_RANKSCOPE = (os.path.join(_RANKSCOPE_DIR, "demo"),)
@@ -67,6 +74,33 @@ _looks = LookSpacing()
 @register_handler("stacks")
 def _stacks_command(args: dict[str, Any]) -> tuple[ThreadStack, ...]:
     return _looks.capture(float(args.get("apart_s", 0.0)))
+
+
+SAMPLE_INTERVAL_S = 0.01
+MAX_SAMPLE_S = 1.5
+"""A sampling stays within the probe's budget for a heavy handler (`Config.handler_budget`)."""
+
+
+@register_handler("samples", off_thread=True)
+def _samples_command(args: dict[str, Any]) -> TimeShares:
+    return sample_places(min(MAX_SAMPLE_S, float(args.get("seconds", 1.0))))
+
+
+def sample_places(seconds: float, interval_s: float = SAMPLE_INTERVAL_S) -> TimeShares:
+    """Where the active thread is, every `interval_s` for `seconds`: a straggler's profile,
+    whose odd place (compared with its peers') is where its extra time goes."""
+    counts: dict[str, int] = {}
+    samples = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        thread = active_thread(capture_threads())
+        place = user_place(thread.frames) if thread is not None else None
+        if place is not None:
+            counts[place] = counts.get(place, 0) + 1
+        samples += 1
+        time.sleep(interval_s)
+    ranked = tuple(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return TimeShares(seconds, samples, ranked)
 
 
 MAX_CHILDREN = 32

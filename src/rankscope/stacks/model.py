@@ -68,6 +68,27 @@ class ChildProcess:
     name: str
 
 
+@dataclass(frozen=True)
+class TimeShares:
+    """Where one process's active thread spent a stretch of wall time: its innermost user frame
+    (`function file.py:LINE`) sampled every few milliseconds, the places most seen first."""
+
+    seconds: float
+    samples: int
+    places: tuple[tuple[str, int], ...]
+    """(place, samples there)."""
+
+    def share(self, place: str) -> float:
+        return dict(self.places).get(place, 0) / self.samples if self.samples else 0.0
+
+
+def user_place(frames: Sequence[Frame]) -> str | None:
+    """The innermost user frame, `function file.py:LINE`; None when the stack is all library
+    (a thread idle in Ray's loop)."""
+    user = next((f for f in frames if not f.library), None)
+    return f"{user.function} {user.location}" if user is not None else None
+
+
 def headline(frames: Sequence[Frame]) -> str:
     """The innermost call, and the user's frame that led there when they differ."""
     if not frames:

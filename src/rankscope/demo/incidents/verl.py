@@ -8,8 +8,8 @@ import time
 from functools import partial
 from typing import Any
 
-from incidents import train
-from incidents.common import (
+from rankscope.demo.incidents import train
+from rankscope.demo.incidents.common import (
     FAULT_RANK,
     WORLD,
     Expected,
@@ -35,7 +35,7 @@ def worker_class() -> type:
             super().__init__()
             dist.init_process_group("gloo")
 
-        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[attr-defined]
         def train(self, job_dir: str, fault: str, faulty: int, steps: int | None) -> int:
             rank, world = dist.get_rank(), dist.get_world_size()
             return train.run(rank, world, job_dir, fault, faulty=faulty, steps=steps)
@@ -69,7 +69,8 @@ class TaskRunner:
 def run_controller(job_dir: str, *, fault: str) -> None:
     import ray
 
-    runner = ray.remote(num_cpus=1)(TaskRunner).remote()
+    runner_cls: Any = ray.remote(num_cpus=1)(TaskRunner)
+    runner = runner_cls.remote()
     ray.get(runner.run.remote(job_dir, fault))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -9,8 +10,8 @@ import time
 from functools import partial
 from typing import Any
 
-from incidents import train
-from incidents.common import (
+from rankscope.demo.incidents import train
+from rankscope.demo.incidents.common import (
     FAULT_RANK,
     NODE_RESOURCE,
     WORLD,
@@ -55,7 +56,7 @@ def start_group(
     """Four `Rank` actors joined in one gloo group (`options_of`: some ranks' actor options)."""
     import ray
 
-    cls = ray.remote(num_cpus=1)(Rank)
+    cls: Any = ray.remote(num_cpus=1)(Rank)
     actors = []
     for rank in range(WORLD):
         options = (options_of or {}).get(rank, {})
@@ -88,7 +89,8 @@ def run_infeasible(job_dir: str) -> None:
     runs = [a.train.remote(job_dir, "", FAULT_RANK) for a in actors]
     time.sleep(6)
     mark_symptom(job_dir)
-    evaluator = ray.remote(num_cpus=64)(Evaluator).remote()  # incident: infeasible
+    evaluator_cls: Any = ray.remote(num_cpus=64)(Evaluator)
+    evaluator = evaluator_cls.remote()  # incident: infeasible
     ray.get(runs)
     ray.get(evaluator.ping.remote())
 
@@ -101,13 +103,14 @@ class Holder:
 
 
 def hold_cpus(address: str, job_dir: str) -> None:
-    """Another user's job (`python -m incidents.actors ADDRESS JOB_DIR`): an actor holding all
-    but 2 of the cluster's CPUs, until it is killed."""
+    """Another user's job (`python -m rankscope.demo.incidents.actors ADDRESS JOB_DIR`): an
+    actor holding all but 2 of the cluster's CPUs, until it is killed."""
     import ray
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     cpus = int(ray.available_resources().get("CPU", 0)) - 2
-    holder = ray.remote(num_cpus=cpus)(Holder).remote()
+    holder_cls: Any = ray.remote(num_cpus=cpus)(Holder)
+    holder = holder_cls.remote()
     ray.get(holder.ping.remote())
     with open(os.path.join(job_dir, "holder_ready"), "w") as f:
         f.write(str(cpus))
@@ -120,7 +123,7 @@ def run_waiting(job_dir: str) -> None:
     import ray
 
     address = ray.get_runtime_context().gcs_address
-    subprocess.Popen([sys.executable, "-m", "incidents.actors", address, job_dir])
+    subprocess.Popen([sys.executable, "-m", "rankscope.demo.incidents.actors", address, job_dir])
     ready = os.path.join(job_dir, "holder_ready")
     while not os.path.exists(ready):
         time.sleep(0.2)
@@ -128,7 +131,7 @@ def run_waiting(job_dir: str) -> None:
     run_group(job_dir, fault="")
 
 
-def _fault(fault: str, kinds: tuple[str, ...], *, where: bool = True, **kw: Any) -> Incident:
+def _fault(fault: str, kinds: tuple[str, ...], *, where: bool | str = True, **kw: Any) -> Incident:
     who, run = f"rank {FAULT_RANK}", partial(run_group, fault=fault, **kw)
     return fault_incident(CLIENT, who, fault, train.FAULTS[fault], run, kinds, where)
 
@@ -149,7 +152,7 @@ INCIDENTS: list[Incident] = [
     _fault("nan", ("nan",), where=False),
     _fault("loss_spike", ("loss_spike",), where=False),
     _fault("divergence", ("divergence",), where=False),
-    _fault("leak", ("leak",)),
+    _fault("leak", ("leak",), where="rss"),
     Incident(
         name=f"{CLIENT}-infeasible",
         client=CLIENT,

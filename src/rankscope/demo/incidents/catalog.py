@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from incidents.common import Incident
+from rankscope.demo.incidents.common import Incident
 
 
 def catalog() -> list[Incident]:
-    from incidents import actors, healthy, raytrain, verl
+    from rankscope.demo.incidents import actors, healthy, raytrain, verl
 
     return [*actors.INCIDENTS, *verl.INCIDENTS, *raytrain.INCIDENTS, *healthy.SCENARIOS]
 

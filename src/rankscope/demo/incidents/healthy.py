@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from incidents import actors, raytrain, verl
-from incidents.common import Incident
+from rankscope.demo.incidents import actors, raytrain, verl
+from rankscope.demo.incidents.common import Incident
 
 SCENARIOS: list[Incident] = [
     Incident(

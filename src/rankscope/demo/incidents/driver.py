@@ -1,6 +1,6 @@
 """One incident's driver, as its user would start the job:
 
-    python -m incidents.driver NAME ADDRESS JOB_DIR
+    python -m rankscope.demo.incidents.driver NAME ADDRESS JOB_DIR
 
 Joins the cluster with rankscope installed only by the setup hook, prints its Ray job id, runs
 the incident's job, then prints `done` or the error the job raised.
@@ -8,18 +8,19 @@ the incident's job, then prints `done` or the error the job raised.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 
 def main(name: str, address: str, job_dir: str) -> None:
     import ray
 
-    from incidents.catalog import by_name
+    from rankscope.demo.incidents.catalog import by_name
 
     incident = by_name(name)
     ray.init(
         address=address,
-        logging_level="ERROR",
+        logging_level=logging.ERROR,
         log_to_driver=False,
         runtime_env={
             "worker_process_setup_hook": "rankscope.setup_worker",

@@ -7,8 +7,8 @@ import os
 from functools import partial
 from typing import Any
 
-from incidents import train
-from incidents.common import FAULT_RANK, WORLD, Incident, fault_incident
+from rankscope.demo.incidents import train
+from rankscope.demo.incidents.common import FAULT_RANK, WORLD, Incident, fault_incident
 
 CLIENT = "raytrain"
 

@@ -7,7 +7,8 @@ calls `death_alert` (`runtime.hub_hooks`): the first death of a group becomes on
 alert naming the rank, its pid, node and why; the ranks that follow it within FOLLOWERS_S are
 its consequences and raise none. Ray's pool workers (no rank, no actor) raise nothing. The
 webhook is the one the hub was started with (RANKSCOPE_ALERT_WEBHOOK in the environment of
-the job that started it).
+the job that started it). An actor Ray says its owner's death or `ray.kill` ended (the job
+ended, a controller tore the group down) raises nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from typing import Any
 
 from rankscope.alerts.model import Alert, AlertSettings
 from rankscope.alerts.webhook import WebhookSender
+from rankscope.config import Config
+from rankscope.hang.death import ray_death
+from rankscope.hang.model import DeathKind
 from rankscope.runtime.hub_hooks import register_death_hook
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
@@ -28,22 +32,35 @@ FOLLOWERS_S = 60.0
 """A rank of the group that died this soon after another one followed it (a torn-down group)."""
 SAME_MOMENT_S = 0.5
 """Ranks last heard within this of each other died together: each is told (a node lost)."""
+SILENT_HEARTBEATS = 2.5
+"""A rank the hub still holds alive but last heard this many heartbeats before the dead one
+is silent: it died first, and its death (marked later, when its liveness check ends) is the
+one to raise. A SIGKILL-ed rank's peers are torn down seconds later, and Ray may report their
+end before the hub has checked the silent one."""
 _webhook = WebhookSender()
 
 
-def first_death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus], now: float) -> Alert | None:
-    """The alert for `dead`, when it is the first of its group to die (pure)."""
+def _silent_s(peer: ProbeStatus, silent_s: float) -> float:
+    """How much earlier than the dead rank `peer` must have been last heard to have gone first."""
+    return SAME_MOMENT_S if peer.state != ProbeState.ALIVE else max(SAME_MOMENT_S, silent_s)
+
+
+def first_death_alert(
+    dead: ProbeStatus, job: Sequence[ProbeStatus], now: float, heartbeat_s: float = 1.0
+) -> Alert | None:
+    """The alert for `dead`, when it is the first of its group to die (pure); `heartbeat_s`
+    is the probes' heartbeat interval."""
     ctx = dead.context
+    silent_s = SILENT_HEARTBEATS * heartbeat_s
     if ctx.rank is None and not ctx.actor_class:
         return None  # one of Ray's pool workers: no part of the job
-    earlier = [  # silent longer than it, and not alive: it went first (marked yet or not)
+    earlier = [  # silent longer than it: it went first, whether the hub marked it yet or not
         p
         for p in job
         if p.info.probe_id != dead.info.probe_id
-        and p.state != ProbeState.ALIVE
         and (p.context.group or "") == (ctx.group or "")
         and (p.context.rank is not None or p.context.actor_class)
-        and dead.last_seen - FOLLOWERS_S <= p.last_seen < dead.last_seen - SAME_MOMENT_S
+        and dead.last_seen - FOLLOWERS_S <= p.last_seen < dead.last_seen - _silent_s(p, silent_s)
     ]
     if earlier:
         return None  # it followed another death: that one was raised
@@ -67,7 +84,9 @@ def first_death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus], now: float)
 @register_death_hook
 def death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus]) -> list[tuple[str, dict[str, Any]]]:
     """In the hub: the `alert` event for a first death, and its POST to the webhook."""
-    alert = first_death_alert(dead, job, time.time())
+    if _ended_from_outside(dead):
+        return []
+    alert = first_death_alert(dead, job, time.time(), Config.from_env().heartbeat_interval)
     if alert is None:
         return []
     payload = dataclasses.asdict(alert)
@@ -78,3 +97,12 @@ def death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus]) -> list[tuple[str
     if url:
         _webhook.send(url, payload)
     return [("alert", payload)]
+
+
+def _ended_from_outside(dead: ProbeStatus) -> bool:
+    """Ray says the actor was ended by its owner's death or by `ray.kill`: its job or its
+    controller ended it (a normal job end, a group torn down), which is no death to raise."""
+    if not dead.context.actor_id:
+        return False
+    kind, _, _ = ray_death(dead.context.actor_id)
+    return kind in (DeathKind.KILLED, DeathKind.OWNER_DIED)

@@ -1,9 +1,9 @@
 """What every incident shares: its record in the catalog, the marks a job leaves, gloo ranks.
 
-An incident is a real job (a driver subprocess, `python -m incidents.driver NAME ADDRESS DIR`)
-on the benchmark's one cluster, with rankscope installed only by the setup hook. The job writes
+An incident is a real job (a driver subprocess, `python -m rankscope.demo.incidents.driver NAME
+ADDRESS DIR`) on one local cluster, with rankscope installed only by the setup hook. The job writes
 into its own directory: `symptom` (the time its faulty rank begins to fail, written by that rank
-as it does), and reads `stop` (the benchmark asks healthy jobs to end). The expected answer's
+as it does), and reads `stop` (the runner asks healthy jobs to end). The expected answer's
 `where` is found in the source by a marker comment (`# incident: NAME`) on the faulty line, so
 it stays right when the file is edited.
 """
@@ -23,9 +23,9 @@ WORLD = 4
 FAULT_RANK = 2
 """The rank that misbehaves, unless an incident says otherwise (not 0: rank 0 is special)."""
 NODE_RESOURCE = "rs_incident_node"
-"""The custom resource of the node the benchmark adds for the node-lost incident."""
+"""The custom resource of the node the runner adds for the node-lost incident."""
 RUN_FOR_S = 600.0
-"""A job that nobody stops ends by itself after this (the benchmark always stops it first)."""
+"""A job that nobody stops ends by itself after this (the runner always stops it first)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Incident:
     env: dict[str, str] = field(default_factory=dict)
     """Extra variables in the job's runtime_env."""
     node: bool = False
-    """The job needs a second node (`NODE_RESOURCE`), which the benchmark adds before the job
+    """The job needs a second node (`NODE_RESOURCE`), which the runner (job.py) adds before the job
     and removes once the faulty rank writes `node_ready`: a node lost."""
 
     @property
@@ -75,16 +75,19 @@ TRAIN_PY = os.path.join(os.path.dirname(__file__), "train.py")
 
 def fault_incident(
     client: str, who: str, fault: str, what: str, run: Callable[[str], None],
-    kinds: tuple[str, ...], where: bool,
+    kinds: tuple[str, ...], where: bool | str,
 ) -> Incident:  # fmt: skip
     """The catalog entry of one fault of train.py on one client: rank FAULT_RANK (`who`, as
-    the client names it) does `what`; the answer is one of `kinds` at the fault's tagged line."""
+    the client names it) does `what`; the answer is one of `kinds` at the fault's tagged line
+    (`where=True`), at a resource (`where="rss"`: a leak's line needs an allocation tracer,
+    which no job runs unasked), or anywhere (`where=False`)."""
+    at = where if isinstance(where, str) else where_of(TRAIN_PY, fault) if where else ""
     return Incident(
         name=f"{client}-{fault}",
         client=client,
         description=f"{who} {what}",
         run=run,
-        expected=Expected(kinds, (FAULT_RANK,), where_of(TRAIN_PY, fault) if where else ""),
+        expected=Expected(kinds, (FAULT_RANK,), at),
     )
 
 
@@ -99,7 +102,7 @@ def where_of(path: str, marker: str) -> str:
 
 
 def mark_symptom(job_dir: str) -> None:
-    """Called by the faulty rank as its symptom begins: the benchmark's clock starts here."""
+    """Called by the faulty rank as its symptom begins: the clock of time-to-verdict starts here."""
     path = os.path.join(job_dir, "symptom")
     if not os.path.exists(path):
         with open(path + ".tmp", "w") as f:

@@ -4,7 +4,7 @@ No rankscope call except for the numeric incidents (`rankscope.step(loss=...)`, 
 `verify_distributed_tensors`), as a user following the README would add them. Each fault is
 injected on one rank at `FAULT_STEP` by the line tagged `# incident: NAME`: that line is the
 `where` the verdict must name. Each step all_reduces the gradients and a stop flag in one flat
-tensor, so every rank leaves the loop at the same step when the benchmark writes `stop`.
+tensor, so every rank leaves the loop at the same step when the runner writes `stop`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from incidents.common import FAULT_RANK, RUN_FOR_S, mark_symptom, stopped
+from rankscope.demo.incidents.common import FAULT_RANK, RUN_FOR_S, mark_symptom, stopped
 
 if TYPE_CHECKING:
     import torch
@@ -113,7 +113,7 @@ def run(
             mark_symptom(job_dir)
             raise ValueError(f"bad batch at step {step}")  # incident: exception
         loss.backward()
-        flat = torch.cat([p.grad.flatten() for p in model.parameters()] + [torch.zeros(1)])
+        flat = torch.cat([grad_of(p).flatten() for p in model.parameters()] + [torch.zeros(1)])
         flat[-1] = float(stopped(job_dir))
         if side is not None and step == FAULT_STEP:
             cross_groups(flat, side, me, job_dir)
@@ -123,12 +123,12 @@ def run(
             grow_past_memory_limit(job_dir)
         if at and fault == "node_lost":
             with open(os.path.join(job_dir, "node_ready"), "w") as f:
-                f.write("ready")  # the benchmark removes this rank's node now
+                f.write("ready")  # the runner removes this rank's node now
         if not (after and fault == "divergence"):  # incident: divergence
             offset = 0
             for p in model.parameters():
                 n = p.numel()
-                p.grad.copy_(flat[offset : offset + n].view_as(p) / world)
+                grad_of(p).copy_(flat[offset : offset + n].view_as(p) / world)
                 offset += n
         elif at:
             mark_symptom(job_dir)  # this rank keeps its own gradients: a missed sync
@@ -161,6 +161,12 @@ def run(
     return step
 
 
+def grad_of(parameter: torch.nn.Parameter) -> torch.Tensor:
+    """The parameter's gradient, there after `backward()`."""
+    assert parameter.grad is not None
+    return parameter.grad
+
+
 def load_batch(
     rank: int, step: int, job_dir: str, fault: str, at: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,13 +182,14 @@ def load_batch(
         prefetched.get()  # incident: stall_queue
     if at and fault == "stall_child":
         mark_symptom(job_dir)
-        pid_file = os.path.join(job_dir, "child.pid")  # the benchmark ends it after the job
+        pid_file = os.path.join(job_dir, "child.pid")  # the runner ends it after the job
         child = ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 3600"]
         subprocess.run(child, check=False)  # incident: stall_child
     if at and fault == "stall_ray_get":
         import ray
 
-        shards = ray.remote(ShardServer).options(num_cpus=0).remote()
+        server_cls: Any = ray.remote(ShardServer)
+        shards = server_cls.options(num_cpus=0).remote()
         mark_symptom(job_dir)
         ray.get(shards.read.remote(step))  # incident: stall_ray_get
     if fault == "straggler_data":
@@ -279,7 +286,7 @@ def grow_past_memory_limit(job_dir: str) -> None:
     limit 256 MiB over what it uses, then allocations until the kernel's OOM killer ends it."""
     cgroup = own_memory_cgroup(job_dir, 256 << 20)
     with open(os.path.join(job_dir, "oom.cgroup"), "w") as f:
-        f.write(cgroup)  # the benchmark removes it after the job
+        f.write(cgroup)  # the runner removes it after the job
     mark_symptom(job_dir)
     grown = []
     while True:

@@ -1,10 +1,10 @@
-"""The hub's death alert (alerts/deaths.py) on synthetic registry rows (no Ray): the first
+"""The hub's death alert (hang/death_alert.py) on synthetic registry rows (no Ray): the first
 death of a group is raised, the ranks a torn-down group loses after it are not."""
 
 from __future__ import annotations
 
-from rankscope.alerts.deaths import first_death_alert
 from rankscope.context import RankContext
+from rankscope.hang.death_alert import first_death_alert
 from rankscope.runtime.hub_hooks import on_death
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 
@@ -47,3 +47,16 @@ def test_a_pool_worker_raises_nothing_and_the_hook_gives_the_event():
     dead = _probe(1, ProbeState.DEAD, seen=NOW - 6)
     [(kind, payload)] = on_death(dead, [_probe(0), dead])
     assert kind == "alert" and payload["rule"] == "death" and payload["rank"] == 1
+
+
+def test_a_rank_torn_down_before_the_hub_marked_the_silent_one_is_no_first_death():
+    """Rank 2 was SIGKILL-ed; Ray ended rank 3 seconds later and the hub learnt of that first."""
+    silent = _probe(2, ProbeState.ALIVE, seen=NOW - 5)  # its liveness check still runs
+    torn_down = _probe(3, ProbeState.DEAD, seen=NOW - 1)
+    job = [_probe(0), _probe(1), silent, torn_down]
+    assert first_death_alert(torn_down, job, NOW, heartbeat_s=1.0) is None
+    killed = _probe(2, ProbeState.DEAD, seen=NOW - 5)
+    alert = first_death_alert(killed, [_probe(0), _probe(1), killed, torn_down], NOW)
+    assert alert is not None and alert.rank == 2
+    late = _probe(2, ProbeState.ALIVE, seen=NOW - 1.5)  # one heartbeat late is not silent
+    assert first_death_alert(torn_down, [_probe(0), late, torn_down], NOW, 1.0) is not None
