@@ -56,12 +56,16 @@ class RankFileHandler(logging.Handler):
         self._size = 0
         self._ident_json = ""
         self._ident_at = 0.0
-        self._last: logging.LogRecord | None = None
+
+    last_written: logging.LogRecord | None = None
+    """The last record any rank handler wrote: they all write this process's one file, so a
+    record met twice (a handler on a logger and on its parent, or the root's error capture)
+    is written once."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record is self._last:  # attached to a logger and to one of its parents
+        if record is RankFileHandler.last_written:
             return
-        self._last = record
+        RankFileHandler.last_written = record
         try:
             message = record.getMessage()
             line = self._line(record, message)
