@@ -88,7 +88,8 @@ def test_top_json_lists_every_rank_worst_first(monitored):
     assert sorted(r["rank"] for r in rows) == [0, 1, 2]
     assert all(r["step"] == STEPS and r["tokens_per_s"] > 0 for r in rows)
     mine = [r["rank"] for r in rows]
-    assert mine[0] in (1, 2)  # rank 1 has alerts (its NaN), rank 2 is the straggler
+    # rank 1's NaN spread to the others (more alerts there), rank 2 is the straggler
+    assert mine[0] in (1, 2), [(r["rank"], r["alerts"], r["straggler"]) for r in rows]
     status = run_cli("status", "--address", cluster_address(), env={"COLUMNS": "200"})
     # once: as the active alert rank 1 raised, not again as the monitor's heartbeat line
     assert status.stdout.count("first nan activation in 0 (output) at step 12") == 1, status.stdout
@@ -113,7 +114,9 @@ def test_alerts_name_the_straggler_and_the_nan_rank_and_post_them(monitored, hoo
     assert wanted <= set(by_rule), ours
     nan, slow = by_rule[("non_finite", 1)], by_rule[("straggler", 2)]
     assert nan["severity"] == "critical"
-    assert nan["message"] == "rank 1 saw the first nan activation in 0 (output) at step 12"
+    # the inf's gradients reach every rank through all_reduce: the others go non-finite after it
+    first = "rank 1 saw the first nan activation in 0 (output) at step 12; later also ranks "
+    assert nan["message"].startswith(first), nan
     assert slow["message"].startswith("rank 2 computes"), slow
     drop = by_rule[("throughput_drift", 0)]
     assert drop["severity"] == "warning" and "dropped" in drop["message"], drop

@@ -101,6 +101,28 @@ def test_a_leak_is_the_verdict_over_a_monitors_straggler():
     assert "(1 more finding below)" in report.verdict
 
 
+def test_a_diagnose_profiles_leak_stays_beside_the_live_memory_trend():
+    """The report reads the ranks' live trend on every look: a leak `diagnose` found in its
+    newest profile is still named, and a rank only the live trend holds is added."""
+    profile = {
+        "data": {
+            "memory": {"ranks": [{"pid": 3, "label": "rank 3"}]},
+            "replies": [{"snapshot": {"pid": 3, "rss": 2**30},
+                         "leaks": [{"metric": "rss", "leak": True, "reason": "grows 4 MiB/step"}]}],
+        }
+    }  # fmt: skip
+    live = {
+        "data": {
+            "memory": {"ranks": [{"pid": 3, "label": "rank 3"}, {"pid": 4, "label": "rank 4"}]},
+            "replies": [{"snapshot": {"pid": p, "rss": 2**29}, "leaks": []} for p in (3, 4)],
+        }
+    }
+    data = RunData("job1", "d", artifacts={"memory-profile-1.json": profile, "memory-live": live})
+    memory = next(s for s in build_report(data, NOW).sections if s.key == "memory")
+    assert memory.findings == ("rank 3: rss leaks: grows 4 MiB/step",)
+    assert [row[::2] for row in memory.tables[0].rows] == [("rank 3", "rss"), ("rank 4", "no leak")]
+
+
 def test_an_empty_run_says_so():
     report = build_report(RunData("job1", "/runs/job1"), NOW)
     assert report.ok and report.sections == () and report.timeline == ()

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rankscope.hang.model import CollectiveRecord
+from rankscope.monitor.analysis import first_nonfinite
 from rankscope.monitor.collectives import align
-from rankscope.monitor.model import MonitorSummary
+from rankscope.monitor.model import MonitorSummary, RankSeries
 from rankscope.monitor.straggler import straggler_scores
 
 __all__ = ["RankInput", "RankRow", "arrivals", "rank_rows"]
@@ -53,11 +54,15 @@ class RankRow:
     host_used: int
     host_total: int
     alerts: tuple[str, ...]
+    cause: bool = False
+    """The group's first rank to go non-finite, or a straggler: a cause the others' alerts
+    (their own NaNs after an all_reduce, their waits) follow from."""
 
     @property
-    def badness(self) -> tuple[int, int, float, float]:
+    def badness(self) -> tuple[int, int, int, float, float]:
         return (
             int(self.state != "alive"),
+            int(self.cause),
             len(self.alerts),
             self.straggler,
             self.last_arrival_share,
@@ -65,7 +70,8 @@ class RankRow:
 
 
 def rank_rows(inputs: Sequence[RankInput], threshold: float = 1.2) -> list[RankRow]:
-    """Every rank's row, the worst first: not alive, alerts, straggler score, last arrivals."""
+    """Every rank's row, the worst first: not alive, a cause, alerts, straggler score, last
+    arrivals."""
     groups: dict[str, list[RankInput]] = {}
     for i in inputs:
         groups.setdefault(i.group, []).append(i)
@@ -81,6 +87,7 @@ def rank_rows(inputs: Sequence[RankInput], threshold: float = 1.2) -> list[RankR
                 threshold=threshold,
             )
         }
+        first_bad = _first_nonfinite_rank(members)
         for m in members:
             s, score = m.summary, scores.get(m.rank)
             alerts = list(s.alerts) if s else []
@@ -107,10 +114,23 @@ def rank_rows(inputs: Sequence[RankInput], threshold: float = 1.2) -> list[RankR
                     host_used=s.memory.host_used if s else 0,
                     host_total=s.memory.host_total if s else 0,
                     alerts=tuple(alerts),
+                    cause=m.rank == first_bad or bool(score and score.is_straggler),
                 )
             )
     rows.sort(key=lambda r: r.badness, reverse=True)
     return rows
+
+
+def _first_nonfinite_rank(members: Sequence[RankInput]) -> int | None:
+    """The rank the group's NaN began on, as its alert names it."""
+    first = first_nonfinite(
+        [
+            RankSeries(m.rank, m.group, m.node, m.role, (), m.summary.first_nonfinite)
+            for m in members
+            if m.summary is not None and m.summary.first_nonfinite is not None
+        ]
+    )
+    return first.ranks[0] if first is not None else None
 
 
 def arrivals(members: Sequence[RankInput]) -> tuple[dict[int, int], int]:

@@ -193,36 +193,38 @@ def consistency_section(data: RunData, now: float) -> Section | None:
 
 
 def memory_section(data: RunData, now: float) -> Section | None:
-    """OOM verdicts, leak verdicts and per-rank memory over time from memory profiles."""
+    """OOM verdicts, leak verdicts and per-rank memory over time: from the newest memory
+    profile `diagnose` wrote and from the ranks' live trend the report read."""
     ooms = [e.get("payload", {}) for e in data.events if e.get("kind") == "memory.oom"]
-    profiles = [
-        a for name, a in data.artifacts.items() if name.startswith("memory-")
-    ]  # oldest first
+    written = [a for name, a in data.artifacts.items() if name.startswith("memory-profile")]
+    live = data.artifacts.get("memory-live")
+    profiles = written[-1:] + ([live] if live else [])  # the newest diagnose, then the live trend
     if not ooms and not profiles:
         return None
     findings = [f"{o.get('label', '?')}: {o.get('summary', o.get('error_type', ''))}" for o in ooms]
     rss: dict[str, list[tuple[float, float]]] = {}
-    rows = []
-    for profile in profiles[-1:]:  # the newest profile speaks for the run
+    rows: dict[str, tuple[str, str, str]] = {}
+    for profile in profiles:  # a process the diagnose profile holds is shown as it says
         body = profile.get("data") or {}
         labels = {r.get("pid"): r.get("label") for r in (body.get("memory") or {}).get("ranks", ())}
         for reply in body.get("replies", ()):
             pid = (reply.get("snapshot") or {}).get("pid", "?")
             label = str(labels.get(pid) or f"pid {pid}")
+            if label in rows:
+                continue
             history = reply.get("history") or [reply.get("snapshot") or {}]
             rss[label] = [(s["time"], s["rss"]) for s in history if "rss" in s and "time" in s]
             leaking = [f for f in reply.get("leaks", ()) if f.get("leak")]
             findings.extend(f"{label}: {f['metric']} leaks: {f['reason']}" for f in leaking)
-            rows.append(
-                (
-                    label,
-                    human_bytes((reply.get("snapshot") or {}).get("rss", 0)),
-                    "; ".join(f["metric"] for f in leaking) or "no leak",
-                )
+            rows[label] = (
+                label,
+                human_bytes((reply.get("snapshot") or {}).get("rss", 0)),
+                "; ".join(f["metric"] for f in leaking) or "no leak",
             )
     charts = (Chart("host RSS per rank", "bytes", series(rss)),) if rss else ()
-    tables = (Table(("process", "RSS", "leak test"), tuple(rows)),) if rows else ()
-    summary = f"{len(ooms)} out-of-memory verdicts, {len(profiles)} memory profiles"
+    tables = (Table(("process", "RSS", "leak test"), tuple(rows.values())),) if rows else ()
+    summary = f"{len(ooms)} out-of-memory verdicts, {len(written)} memory profiles"
+    summary += ", the ranks' live memory trend" if live else ""
     return Section("memory", "Memory", tuple(findings), summary, tables, charts)
 
 
