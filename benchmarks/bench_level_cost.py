@@ -249,9 +249,17 @@ def _diff(table: dict[str, list[float]]) -> list[float]:
 
 
 def report(label: str, found: dict[str, Trials], costs: dict[str, float]) -> dict[str, Any]:
-    """Print one phase's figures; return them for --json."""
+    """Print one phase's figures, measured and as the per-call costs and the idle probe's CPU
+    per second predict them; return them for --json."""
     print(f"\n== {label}: medians over trials [min, max] of the per-trial medians over ranks")
-    out: dict[str, Any] = {}
+    expected = costs["record"] + COLLECTIVES_PER_STEP * costs["collective"] + costs["step"]
+    print(
+        f"-- per-call costs in a light rank (us, training thread): record "
+        f"{costs['record']:+.2f} (stdlib's {costs['stdlib record']:.2f}), collective "
+        f"{costs['collective']:+.2f}, step() {costs['step']:+.2f}; a step makes 1 record, "
+        f"{COLLECTIVES_PER_STEP} collectives, 1 step(): {expected:+.1f} us"
+    )
+    out: dict[str, Any] = {"per_call_us": {**costs, "expected_per_step": expected}}
     for size, t in found.items():
         print(f"-- step {size}")
         for name in JOBS:
@@ -260,21 +268,26 @@ def report(label: str, found: dict[str, Trials], costs: dict[str, float]) -> dic
                 f"(ticks {statistics.median(t.ticks_us[name]):.0f})  thread "
                 f"{_spread(t.thread_us[name])} us/step  wall {_spread(t.wall_ms[name])} ms/step"
             )
-        d_proc, d_thread = _diff(t.process_us), _diff(t.thread_us)
-        base_p, base_t = (statistics.median(t.process_us["no probe"]),
-                          statistics.median(t.thread_us["no probe"]))  # fmt: skip
-        wall_light = statistics.median(t.wall_ms["light"])
+        d_proc, d_thread, idle = _diff(t.process_us), _diff(t.thread_us), _diff(t.idle_ms_per_s)
+        base_p = statistics.median(t.process_us["no probe"])
+        base_t = statistics.median(t.thread_us["no probe"])
+        wall_light, idle_ms = statistics.median(t.wall_ms["light"]), statistics.median(idle)
         print(
             f"  light - no probe: process {_spread(d_proc)} us/step "
             f"({100 * statistics.median(d_proc) / base_p:+.2f}%), thread {_spread(d_thread)} "
             f"us/step ({100 * statistics.median(d_thread) / base_t:+.2f}%)"
         )
         print(
+            f"  predicted: thread {expected:+.1f} us/step ({100 * expected / base_t:+.2f}%); "
+            f"process {expected + idle_ms * wall_light:+.0f} us/step (the calls, and the idle "
+            f"probe's {idle_ms:.2f} ms/s x {wall_light:.0f} ms of wall per step); on a core of "
+            f"its own (wall = CPU) {100 * expected / base_p + idle_ms / 10:+.2f}%  (20 ms: <= 1%)"
+        )
+        print(
             f"  training rank, the probe's CPU per second: "
             f"{statistics.median(d_proc) / wall_light:.2f} ms/s (process), rankscope threads "
             f"{_spread(t.ours_ms_per_s['light'])} ms/s"
         )
-        idle = _diff(t.idle_ms_per_s)
         print(
             f"  idle rank, CPU per second: no probe {_spread(t.idle_ms_per_s['no probe'])}, "
             f"light {_spread(t.idle_ms_per_s['light'])}; the probe's {_spread(idle)} ms/s "
@@ -282,15 +295,6 @@ def report(label: str, found: dict[str, Trials], costs: dict[str, float]) -> dic
             f"{_spread(t.idle_ours_ms_per_s['light'])} ms/s   goal <= 1 ms/s"
         )
         out[size] = asdict(t)
-    if costs:
-        expected = costs["record"] + COLLECTIVES_PER_STEP * costs["collective"] + costs["step"]
-        print(
-            f"-- per-call costs in a light rank (us, training thread): record "
-            f"{costs['record']:+.2f} (stdlib's {costs['stdlib record']:.2f}), collective "
-            f"{costs['collective']:+.2f}, step() {costs['step']:+.2f}; one 0.6 ms step makes 1 "
-            f"record, {COLLECTIVES_PER_STEP} collectives, 1 step(): {expected:+.1f} us expected"
-        )
-        out["per_call_us"] = {**costs, "expected_per_step": expected}
     return out
 
 
@@ -332,7 +336,9 @@ def main() -> int:
                 sim.terminate()
             for sim in sims:
                 sim.wait(60)
-        results["peers"] = report(f"with {args.peers} peers, {args.peer_trials} trials", found, {})
+        results["peers"] = report(
+            f"with {args.peers} peers, {args.peer_trials} trials", found, costs
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
