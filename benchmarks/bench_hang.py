@@ -11,7 +11,6 @@ Run: .venv/bin/python benchmarks/bench_hang.py [--trials N] [--calls N]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import subprocess
@@ -136,38 +135,17 @@ def wrapper_cost(
 def _recorder_at(revision: str) -> ModuleType:
     """hang/recorder.py as it was at `revision`, imported beside today's, with the wrappers
     of that revision (hang/wrappers.py) where it had them."""
-    recorder = _source_at(revision, "recorder.py")
+    from at_revision import load, source_at
+
+    recorder = source_at(revision, "src/rankscope/hang/recorder.py")
     try:
-        wrappers = _load("wrappers_at_revision", _source_at(revision, "wrappers.py"))
+        load("wrappers_at_revision", source_at(revision, "src/rankscope/hang/wrappers.py"))
     except subprocess.CalledProcessError:  # before the generated wrappers: none to swap
-        wrappers = None
-    if wrappers is not None:
-        recorder = recorder.replace(
-            "from rankscope.hang.wrappers import wrap", "from wrappers_at_revision import wrap"
-        )
-    return _load("recorder_at_revision", recorder)
-
-
-def _source_at(revision: str, name: str) -> str:
-    return subprocess.run(
-        ["git", "show", f"{revision}:src/rankscope/hang/{name}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=os.path.dirname(os.path.abspath(__file__)),
-    ).stdout
-
-
-def _load(name: str, source: str) -> ModuleType:
-    path = os.path.join(tempfile.mkdtemp(), f"{name}.py")
-    with open(path, "w") as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+        return load("recorder_at_revision", recorder)
+    recorder = recorder.replace(
+        "from rankscope.hang.wrappers import wrap", "from wrappers_at_revision import wrap"
+    )
+    return load("recorder_at_revision", recorder)
 
 
 def main() -> None:
