@@ -19,10 +19,11 @@ the step makes (a log record against the stdlib's, the recorder's wrapper of eac
 the trials run again while N simulated probes (benchmarks/probe_sim.py) keep the hub busy.
 
 Goals: light at most 1% of the 20 ms step (process and training thread); at most 1 ms of CPU
-per second per idle rank; the 0.6 ms step's cost equal to its per-call costs.
+per second per idle rank; the 0.6 ms step's cost equal to its per-call costs. `--control`
+runs the same with no probe in either job: what two identical jobs differ by on this machine.
 
 Run: .venv/bin/python benchmarks/bench_level_cost.py [--trials 15] [--peers 4096]
-     [--peer-trials 5]
+     [--peer-trials 5] [--control]
 """
 
 from __future__ import annotations
@@ -194,11 +195,11 @@ class Trials:
         table.setdefault(job, []).append(statistics.median(values))
 
 
-def _make_job(ray: Any, name: str, log_dir: str) -> Job:
-    env = {"OMP_NUM_THREADS": "1", "RANKSCOPE_LEVEL": "light" if name == "light" else "off"}
+def _make_job(ray: Any, name: str, log_dir: str, probe: bool) -> Job:
+    env = {"OMP_NUM_THREADS": "1", "RANKSCOPE_LEVEL": "light" if probe else "off"}
     env["RANKSCOPE_LOG_DIR"] = os.path.join(log_dir, "rankscope")
     cls: Any = ray.remote(num_cpus=0)(BenchRank).options(runtime_env={"env_vars": env})
-    actors = [cls.remote(r, WORLD, name == "light", log_dir) for r in range(WORLD)]
+    actors = [cls.remote(r, WORLD, probe, log_dir) for r in range(WORLD)]
     host, port = ray.get(actors[0].address.remote())
     ray.get([a.join.remote(host, port) for a in actors])
     job = Job(name, actors)
@@ -304,6 +305,11 @@ def main() -> int:
     parser.add_argument("--peers", type=int, default=4096, help="simulated probes; 0: none")
     parser.add_argument("--peer-trials", type=int, default=5, help="trials with the peers on")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="an A/A run: the job labelled light starts no probe either (the jobs' own bias)",
+    )
     args = parser.parse_args()
 
     import ray
@@ -312,7 +318,11 @@ def main() -> int:
 
     log_dir = tempfile.mkdtemp(prefix="rs-level-cost-")
     ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
-    jobs = {name: _make_job(ray, name, log_dir) for name in JOBS}
+    jobs = {
+        name: _make_job(ray, name, log_dir, name == "light" and not args.control) for name in JOBS
+    }
+    if args.control:
+        print("CONTROL (A/A): neither job starts a probe; 'light' is a second 'no probe' job")
     probe_rank = jobs["no probe"].actors[0]
     matmuls = {size: ray.get(probe_rank.matmuls_for.remote(s)) for size, (s, _) in STEPS.items()}
     for job in jobs.values():  # warm up
