@@ -119,6 +119,7 @@ def wrapper_cost(
         if against:
             old = _recorder_at(against)._wrap("all_reduce", all_reduce)
             cases[f"recorder at {against}"] = (old, "light", {"group": group})
+            cases[f"at {against}, default group"] = (old, "light", {})
         runs: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(trials):  # interleaved: the machine's load drifts between them
             for name, (fn, at, kwargs) in cases.items():
