@@ -7,7 +7,8 @@
 3. Bytes each rank sends for 1,000 tensors (goal < 200 KB).
 
 Run: `.venv/bin/python benchmarks/bench_consistency.py [--params 100e6] [--repeats 5]`
-(`--sections 1`: the throughput benchmark alone).
+(`--sections 1`: the throughput benchmark alone; `--against REV`: also the torch-ops
+fingerprint as it was at git revision REV, in the same trials).
 Timings alternate between the two sides of each comparison and report medians, so that load
 from other processes hits both alike. On a GPU (when one is present) benchmark 1 also runs on it.
 """
@@ -85,9 +86,13 @@ def alternate(
 
 
 # ------------------------------------------------------------------------------ benchmark 1
-def bench_throughput(device: str, repeats: int, big_params: float) -> None:
+def bench_throughput(
+    device: str, repeats: int, big_params: float, against: str | None = None
+) -> None:
     from rankscope.consistency import cpu_hash
     from rankscope.consistency.fingerprint import fingerprint_tensors, summarize_tensors
+
+    before = _fingerprint_at(against) if against else None
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     cases = {
@@ -107,17 +112,15 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
         items = list(tensors.items())
         values = list(tensors.values())
         c: dict[str, float] = {}
-        t = alternate(
-            {
-                "sum": lambda values=values: [v.sum() for v in values],
-                "fingerprint": lambda items=items: fingerprint_tensors(items),
-                "torch": lambda items=items: without_kernel(fingerprint_tensors, items),
-                "full": lambda items=items: summarize_tensors(items),
-            },
-            repeats,
-            sync,
-            c,
-        )
+        fns = {
+            "sum": lambda values=values: [v.sum() for v in values],
+            "fingerprint": lambda items=items: fingerprint_tensors(items),
+            "torch": lambda items=items: without_kernel(fingerprint_tensors, items),
+            "full": lambda items=items: summarize_tensors(items),
+        }
+        if before is not None:
+            fns["before"] = lambda items=items: without_kernel(before.fingerprint_tensors, items)
+        t = alternate(fns, repeats, sync, c)
         gbs = nbytes(tensors) / 1e9
         print(
             f"    {label:44} {t['sum'] * 1e3:7.1f}ms {t['fingerprint'] * 1e3:10.1f}ms "
@@ -131,7 +134,26 @@ def bench_throughput(device: str, repeats: int, big_params: float) -> None:
             f"{c['torch'] * 1e3:8.1f}ms {c['sum'] / c['torch']:5.2f}x "
             f"{c['full'] * 1e3:13.1f}ms {c['sum'] / c['full']:5.2f}x"
         )
+        if before is not None:
+            print(
+                f"    {'  torch ops at ' + str(against) + ', CPU time':44} {c['sum'] * 1e3:7.1f}ms "
+                f"{'':10}   {'':5}  {c['before'] * 1e3:8.1f}ms {c['sum'] / c['before']:5.2f}x"
+            )
         del tensors, items, values
+
+
+def _fingerprint_at(revision: str) -> Any:
+    """consistency/fingerprint.py with its torch_hash.py as they were at `revision`."""
+    from at_revision import load, source_at
+
+    root = "src/rankscope/consistency/"
+    load("torch_hash_at_revision", source_at(revision, root + "torch_hash.py"))
+    return load(
+        "fingerprint_at_revision",
+        source_at(revision, root + "fingerprint.py").replace(
+            "from rankscope.consistency.torch_hash import", "from torch_hash_at_revision import"
+        ),
+    )
 
 
 def without_kernel(fn: Callable[..., Any], *args: Any) -> Any:
@@ -307,10 +329,11 @@ def main() -> None:
     parser.add_argument(
         "--sections", default="123", help="which benchmarks to run, e.g. 1 for throughput only"
     )
+    parser.add_argument("--against", help="also the torch-ops fingerprint at this git revision")
     args = parser.parse_args()
     print(f"torch {torch.__version__}; {os.cpu_count()} CPU cores")
     if "1" in args.sections:
-        bench_throughput("cpu", args.repeats, args.params)
+        bench_throughput("cpu", args.repeats, args.params, args.against)
         if torch.cuda.is_available():
             bench_throughput("cuda", args.repeats, args.params)
     if "2" in args.sections:

@@ -11,7 +11,6 @@ Run: .venv/bin/python benchmarks/bench_hang.py [--trials N] [--calls N]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import subprocess
@@ -120,6 +119,7 @@ def wrapper_cost(
         if against:
             old = _recorder_at(against)._wrap("all_reduce", all_reduce)
             cases[f"recorder at {against}"] = (old, "light", {"group": group})
+            cases[f"at {against}, default group"] = (old, "light", {})
         runs: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(trials):  # interleaved: the machine's load drifts between them
             for name, (fn, at, kwargs) in cases.items():
@@ -134,22 +134,19 @@ def wrapper_cost(
 
 
 def _recorder_at(revision: str) -> ModuleType:
-    """hang/recorder.py as it was at `revision`, imported beside today's."""
-    source = subprocess.run(
-        ["git", "show", f"{revision}:src/rankscope/hang/recorder.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=os.path.dirname(os.path.abspath(__file__)),
-    ).stdout
-    path = os.path.join(tempfile.mkdtemp(), "recorder_at_revision.py")
-    with open(path, "w") as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location("recorder_at_revision", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """hang/recorder.py as it was at `revision`, imported beside today's, with the wrappers
+    of that revision (hang/wrappers.py) where it had them."""
+    from at_revision import load, source_at
+
+    recorder = source_at(revision, "src/rankscope/hang/recorder.py")
+    try:
+        load("wrappers_at_revision", source_at(revision, "src/rankscope/hang/wrappers.py"))
+    except subprocess.CalledProcessError:  # before the generated wrappers: none to swap
+        return load("recorder_at_revision", recorder)
+    recorder = recorder.replace(
+        "from rankscope.hang.wrappers import wrap", "from wrappers_at_revision import wrap"
+    )
+    return load("recorder_at_revision", recorder)
 
 
 def main() -> None:

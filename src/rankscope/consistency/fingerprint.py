@@ -21,15 +21,14 @@ from rankscope.consistency.model import Difference, Fingerprint, Summary, Tensor
 from rankscope.consistency.torch_hash import (
     FLOATS,
     INTEGERS,
-    MASK,
     SMALL_WORDS,
     Results,
     avalanche,
     hash_batch,
-    padded_words,
     scan_tensor,
     small_batches,
     stat_view,
+    words_of,
 )
 
 
@@ -79,21 +78,28 @@ def fingerprint_tensors(items: Sequence[tuple[str, torch.Tensor]]) -> list[Finge
         checksums[on_host], suspects[on_host] = cpu_hash.hash_memory(starts, sizes, dtypes)
     hashes, probes = Results(), Results()
     for device, indices in on_device.items():
-        small = []
+        small: list[int] = []
+        words: list[int] = []
+        kinds: dict[int, tuple[torch.dtype, int]] = {}
         for i in indices:
-            tensors[i] = _flat(tensors[i])
-            if padded_words(tensors[i]) <= SMALL_WORDS:
+            flat = tensors[i] = _flat(tensors[i])
+            kind = kinds[i] = (flat.dtype, flat.numel())
+            n = words_of(*kind)
+            if n <= SMALL_WORDS:
                 small.append(i)
+                words.append(n)
             else:
-                scan = scan_tensor(tensors[i])
+                scan = scan_tensor(flat)
                 hashes.add([i], scan.hash.view(1))
                 probes.add([i], scan.probe.view(1))
-        for batch in small_batches(small, tensors, device):
-            hash_batch(batch, tensors, hashes, probes)
-    for i, value in hashes.items():
-        checksums[i] = value & MASK
-    for i, value in probes.items():
-        suspects[i] = not math.isfinite(value)
+        for batch in small_batches(small, tensors, device, words):
+            hash_batch(batch, tensors, hashes, probes, kinds)
+    indices, values = hashes.columns()
+    if indices:  # the int64 sums' bits, as the unsigned checksums they are
+        checksums[indices] = np.array(values, dtype=np.int64).view(np.uint64)
+    indices, values = probes.columns()
+    if indices:
+        suspects[indices] = ~np.isfinite(np.array(values, dtype=np.float64))
     counts = _nonfinite_counts(tensors, suspects.tolist())
     mixed = avalanche(checksums).tolist()
     return [
@@ -233,6 +239,15 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     tensor that already is all that is returned as it is (no new views: small tensors come
     by the thousand).
     """
+    if (
+        type(t) in _PLAIN
+        and t.dim() == 1
+        and t.stride(0) == 1
+        and not t.requires_grad
+        and not t.is_conj()
+        and not t.is_neg()
+    ):  # already flat: the common case, checked with the fewest calls
+        return t
     t = _local(t)
     if t.is_conj() or t.is_neg():
         t = t.resolve_conj().resolve_neg()

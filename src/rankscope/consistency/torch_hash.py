@@ -45,6 +45,7 @@ __all__ = [
     "scan_tensor",
     "small_batches",
     "stat_view",
+    "words_of",
 ]
 
 COLS = 1021
@@ -92,38 +93,31 @@ def scan_tensor(flat: torch.Tensor) -> _Scan:
     """Hash of one tensor with torch ops on its device, chunk by chunk.
 
     Each chunk's float sum (the NaN/Inf probe) follows its hash while the chunk is in cache.
+    The words after the last whole base chunk (fewer than 128 rows) are summed as one block:
+    short and in cache, one reduction beats splitting them into parts.
     """
     device = flat.device
     consts = _constants(device)
     nbytes = flat.numel() * flat.element_size()
-    words, tail = _words(flat)
+    words, tail = _words(flat, consts)
     per_chunk = _CUDA_CHUNK_BYTES if device.type == "cuda" else _CPU_CHUNK_BYTES
-    step_words = per_chunk // 8
+    step_words = per_chunk // 8  # whole base chunks
+    in_whole = words.numel() // CHUNK_WORDS * CHUNK_WORDS
     values, acc = _probe_view(flat)
     step_values = per_chunk // values.element_size() if values is not None else 0
     colsums: list[torch.Tensor] = []
     sums: list[torch.Tensor] = []
-    n_chunks = max(1, math.ceil(nbytes / per_chunk))
-    for i in range(n_chunks):
-        w = words[i * step_words : (i + 1) * step_words]
-        whole = w.numel() // CHUNK_WORDS
-        if whole:  # base chunks: their column sums, weighted per base chunk below
-            base = w[: whole * CHUNK_WORDS].view(whole * _PARTS, _PART_ROWS, COLS).sum(1)
-            colsums.append(base.view(whole, _PARTS, COLS).sum(1))
-        left = w.numel() - whole * CHUNK_WORDS
-        last = i == n_chunks - 1 and tail.numel() > 0
-        if left or last:  # a partial base chunk: its whole rows, then the rest padded
-            rows = left // COLS
-            rest = w[whole * CHUNK_WORDS + rows * COLS :]
-            if last:
-                rest = torch.cat([rest, _tail_word(tail)])
-            colsum = torch.nn.functional.pad(rest, (0, COLS - rest.numel()))
-            if rows:
-                colsum = colsum + _row_sums(w[whole * CHUNK_WORDS :][: rows * COLS], rows)
-            colsums.append(colsum.view(1, COLS))
+    for i in range(max(1, math.ceil(nbytes / per_chunk))):
+        start = i * step_words
+        if start < in_whole:  # base chunks: their column sums, weighted per base chunk below
+            w = words[start : min(start + step_words, in_whole)]
+            colsums.append(w.view(-1, _PART_ROWS, COLS).sum(1).view(-1, _PARTS, COLS).sum(1))
         if values is not None and acc is not None:
             v = values[i * step_values : (i + 1) * step_values]
             sums.append(v.sum(dtype=acc) if v.dtype in FLOATS else v.to(acc).sum())
+    partial = _partial_colsum(words, in_whole, tail)
+    if partial is not None:
+        colsums.append(partial)
     if not colsums:
         return _Scan(consts.columns[:0].sum(), consts.zero)
     sums_by_chunk = torch.cat(colsums) if len(colsums) > 1 else colsums[0]
@@ -137,14 +131,18 @@ def scan_tensor(flat: torch.Tensor) -> _Scan:
     return _Scan(h, probe)
 
 
-def _row_sums(words: torch.Tensor, rows: int) -> torch.Tensor:
-    """The column sums of `rows` rows of `COLS` words, 16 rows at a time (see the top)."""
-    parts = rows // _PART_ROWS
-    colsum = words[parts * _PART_ROWS * COLS :].view(-1, COLS).sum(0)
-    if parts:
-        by_part = words[: parts * _PART_ROWS * COLS].view(parts, _PART_ROWS, COLS).sum(1)
-        colsum = colsum + by_part.sum(0)
-    return colsum
+def _partial_colsum(words: torch.Tensor, in_whole: int, tail: torch.Tensor) -> torch.Tensor | None:
+    """The `(1, COLS)` column sums of what follows the whole base chunks (its whole rows, then
+    the rest and the tail bytes zero-padded to a row); None when nothing does."""
+    rows = (words.numel() - in_whole) // COLS
+    rest = words[in_whole + rows * COLS :]
+    if tail.numel():
+        rest = torch.cat([rest, _tail_word(tail)])
+    colsum = torch.nn.functional.pad(rest, (0, COLS - rest.numel())) if rest.numel() else None
+    if rows:
+        block = words[in_whole : in_whole + rows * COLS].view(rows, COLS).sum(0)
+        colsum = block if colsum is None else colsum + block
+    return None if colsum is None else colsum.view(1, COLS)
 
 
 def _weighted(colsums: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
@@ -164,7 +162,11 @@ def _probe_view(flat: torch.Tensor) -> tuple[torch.Tensor | None, torch.dtype | 
 
 
 def hash_batch(
-    batch: list[int], flats: list[torch.Tensor], hashes: Results, probes: Results
+    batch: list[int],
+    flats: list[torch.Tensor],
+    hashes: Results,
+    probes: Results,
+    kinds_of: dict[int, tuple[torch.dtype, int]] | None = None,
 ) -> None:
     """Hashes of many small tensors on one device with a few ops for the whole batch.
 
@@ -173,17 +175,19 @@ def hash_batch(
     concatenated zero-padded to whole rows of `COLS` words, in order of their row counts, so
     that each row count is one `(tensors, rows, COLS)` block. Either way each tensor's
     column sums are exactly `scan_tensor`'s single chunk. The NaN/Inf probe is one float sum
-    per concatenation.
+    per concatenation. `kinds_of`: each index's (dtype, numel), when the caller has them.
     """
     consts = _constants(flats[batch[0]].device)
     kinds: dict[tuple[torch.dtype, int], list[int]] = {}
+    if kinds_of is None:
+        kinds_of = {i: (flats[i].dtype, flats[i].numel()) for i in batch}
     for i in batch:
-        flat = flats[i]
-        kinds.setdefault((flat.dtype, flat.numel()), []).append(i)
+        kinds.setdefault(kinds_of[i], []).append(i)
     padded: dict[torch.dtype, list[int]] = {}
     for (dtype, numel), members in kinds.items():
-        if len(members) > 1 and numel * _element_size(dtype) % 8 == 0:
-            buf = _concatenated([flats[i] for i in members])
+        nbytes = numel * _element_size(dtype)
+        if len(members) > 1 and nbytes % 8 == 0:
+            buf = _concatenated([flats[i] for i in members], len(members) * nbytes)
             colsums = _alike_colsums(buf, len(members), numel * _element_size(dtype) // 8)
             _add_batch(members, buf, colsums, consts, hashes, probes)
         else:
@@ -214,13 +218,14 @@ _scratch = threading.local()
 on every batch (a 2 MB `torch.cat` costs ten times a copy into memory already mapped)."""
 
 
-def _concatenated(pieces: list[torch.Tensor]) -> torch.Tensor:
-    """`torch.cat(pieces)` (1-D, one dtype); on the CPU into this thread's reused buffer, so
-    valid until its next call."""
+def _concatenated(pieces: list[torch.Tensor], nbytes: int | None = None) -> torch.Tensor:
+    """`torch.cat(pieces)` (1-D, one dtype, `nbytes` in all when known); on the CPU into this
+    thread's reused buffer, so valid until its next call."""
     if not pieces[0].is_cpu:
         return torch.cat(pieces)
     dtype = pieces[0].dtype
-    nbytes = sum(p.numel() for p in pieces) * _element_size(dtype)
+    if nbytes is None:
+        nbytes = sum(p.numel() for p in pieces) * _element_size(dtype)
     buffer: torch.Tensor | None = getattr(_scratch, "buffer", None)
     if buffer is None or buffer.numel() < nbytes:
         buffer = _scratch.buffer = torch.empty(
@@ -265,23 +270,32 @@ def _element_size(dtype: torch.dtype) -> int:
     return torch.empty(0, dtype=dtype).element_size()
 
 
-def small_batches(indices: list[int], flats: list[torch.Tensor], device: str) -> list[list[int]]:
-    """Groups of small tensors whose words together stay under the batch size."""
+def small_batches(
+    indices: list[int], flats: list[torch.Tensor], device: str, words: list[int] | None = None
+) -> list[list[int]]:
+    """Groups of small tensors whose words together stay under the batch size (`words`: each
+    index's `padded_words`, when the caller has them)."""
     limit = _BATCH_WORDS["cpu" if device == "cpu" else "cuda"]
+    if words is None:
+        words = [padded_words(flats[i]) for i in indices]
     out: list[list[int]] = []
     total = 0
-    for i in indices:
-        words = padded_words(flats[i])
-        if not out or total + words > limit:
+    for i, n in zip(indices, words, strict=True):
+        if not out or total + n > limit:
             out.append([])
             total = 0
         out[-1].append(i)
-        total += words
+        total += n
     return out
 
 
 def padded_words(flat: torch.Tensor) -> int:
     return -(-flat.numel() * flat.element_size() // 8)
+
+
+def words_of(dtype: torch.dtype, numel: int) -> int:
+    """`padded_words` of a tensor of `numel` elements of `dtype`."""
+    return -(-numel * _element_size(dtype) // 8)
 
 
 def _tail_word(tail: torch.Tensor) -> torch.Tensor:
@@ -290,10 +304,13 @@ def _tail_word(tail: torch.Tensor) -> torch.Tensor:
     return padded.view(torch.int64)
 
 
-def _words(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _words(flat: torch.Tensor, consts: _Constants) -> tuple[torch.Tensor, torch.Tensor]:
     """The bytes as int64 words, plus the last nbytes % 8 bytes as uint8."""
-    if flat.storage_offset() * flat.element_size() % 8:
+    size = flat.element_size()
+    if flat.storage_offset() * size % 8:
         flat = flat.clone()  # a view starting mid-word: realign on the same device
+    elif flat.numel() * size % 8 == 0 and flat.dtype != torch.bool:
+        return flat.view(torch.int64), consts.no_tail  # whole words: one view
     raw = flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
     whole = raw.numel() // 8 * 8
     return raw[:whole].view(torch.int64), raw[whole:]
@@ -328,6 +345,7 @@ class _Constants:
         self.columns = column_weights().to(device)
         self._zeros: dict[tuple[torch.dtype, int], torch.Tensor] = {}
         self.zero = torch.zeros((), dtype=torch.float64, device=device)
+        self.no_tail = torch.zeros(0, dtype=torch.uint8, device=device)
         self._chunk_table = torch.empty(0, dtype=torch.int64, device=device)
         self._device = device
 
@@ -387,6 +405,15 @@ class Results:
 
     def add(self, indices: list[int], values: torch.Tensor) -> None:
         self._parts.setdefault(values.device, []).append((indices, values))
+
+    def columns(self) -> tuple[list[int], list[Any]]:
+        """The indices and the values of everything added, fetched as `items` does."""
+        indices: list[int] = []
+        values: list[Any] = []
+        for parts in self._parts.values():
+            values += torch.cat([v for _, v in parts]).tolist()
+            indices += [i for idx, _ in parts for i in idx]
+        return indices, values
 
     def items(self) -> list[tuple[int, Any]]:
         """(index, value) of everything added, fetched with one transfer per device."""

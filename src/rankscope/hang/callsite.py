@@ -75,6 +75,18 @@ def default_group_holder() -> Any:
     return _GroupMemberWorld()
 
 
+def default_pg_field(world: Any) -> str:
+    """The attribute of `world` to read the default group from: torch's `_World` keeps it in
+    `_default_pg`, behind a property that costs a Python call; read the field itself when the
+    property returns it."""
+    try:
+        if "_default_pg" in vars(world) and world._default_pg is world.default_pg:
+            return "_default_pg"
+    except TypeError:  # no __dict__: the property alone
+        pass
+    return "default_pg"
+
+
 class _GroupMemberWorld:
     @property
     def default_pg(self) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import sys
 import threading
 import time
@@ -142,6 +143,22 @@ class CollectiveRecorder:
             name, _, pg, device = known
             site = self._sites[key] = _Site(op, p2p, name, device, pg)
         return site
+
+    def entry(self, op: str, p2p: bool, group: Any) -> tuple[_Site, Callable[[], int], bool]:
+        """What a wrapper keeps per group: the site, a function that returns the group's last
+        sequence number (torch's counter, else ours, counted up by the call), and whether its
+        work completes on a device."""
+        site = self.site(op, p2p, group)
+        last = site.sequence
+        if last is None:
+            last = functools.partial(self._own_last, site.own_key)
+        return site, last, site.device
+
+    def _own_last(self, key: str) -> int:
+        """Our counter's last number for `key`, counting this call (see `sequence`)."""
+        last = self._own_seq[key]
+        self._own_seq[key] = last + 1
+        return last
 
     def sequence(self, site: _Site) -> int:
         """The call's sequence number in its group (torch's counter, else ours)."""

@@ -21,7 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from rankscope import level as _level
-from rankscope.hang.callsite import default_group_holder, positional_tensors, tensor_metadata
+from rankscope.hang.callsite import (
+    default_group_holder,
+    default_pg_field,
+    positional_tensors,
+    tensor_metadata,
+)
 from rankscope.hang.model import CallState
 from rankscope.runtime.api import send_last_words
 
@@ -37,17 +42,16 @@ def {name}({params}):
     try:
 {bind}
         if pg is None:  # the default group, as it is now (it may be re-created)
-            pg = world.default_pg
-        site = sites.get(pg)
-        if site is None:
-            site = sites[pg] = recorder.site(op_name, p2p, pg)
-        if site.sequence is None:
+            pg = world.{default_pg}
+        try:
+            entry = sites[pg]
+        except KeyError:  # the group's first call of this op
+            entry = sites[pg] = recorder.entry(op_name, p2p, pg)
+        site, last_sequence, device = entry
+        try:
+            seq = last_sequence() + 1
+        except Exception:
             seq = recorder.sequence(site)
-        else:
-            try:
-                seq = site.sequence() + 1
-            except Exception:
-                seq = recorder.sequence(site)
         frame = getframe(1)
         generation = recorder.total
         recorder.total = generation + 1
@@ -64,7 +68,7 @@ def {name}({params}):
         send_last_words()  # before a client that tears the group down kills us too
         raise
     if result is None:  # a synchronous call returned: done
-        if site.device:
+        if device:
             recorder.returned_call(call)
         elif calls[slot] is call:
             done[slot] = (call, now(), COMPLETED, "")
@@ -74,7 +78,7 @@ def {name}({params}):
 _BODY_NAMES = frozenset(
     node.id
     for node in ast.walk(
-        ast.parse(_BODY.format(name="f", params="", args="", bind=" " * 8 + "pass"))
+        ast.parse(_BODY.format(name="f", params="", args="", bind=" " * 8 + "pass", default_pg="x"))
     )
     if isinstance(node, ast.Name)
 ) | {"T", "exc", "getattr", "isinstance", "positional_tensors", "tensor_metadata"}
@@ -102,17 +106,20 @@ def wrap(op: str, fn: Callable[..., Any], recorder: Any, p2p: bool) -> Any:
     else:
         params = args = "*args, **kwargs"
         bind = _bind_generic([p.name for p in parameters if p is not None])
+    world = default_group_holder()
     namespace: dict[str, Any] = {
         **defaults,
         "fn": fn, "_level": _level, "recorder": recorder, "op_name": op, "p2p": p2p,
         "sites": {}, "calls": recorder._calls, "done": recorder._done,
         "capacity": recorder.capacity, "getframe": sys._getframe, "now": time.time,
         "FAILED": CallState.FAILED, "COMPLETED": CallState.COMPLETED,
-        "send_last_words": send_last_words, "world": default_group_holder(),
+        "send_last_words": send_last_words, "world": world,
         "tensor_metadata": tensor_metadata, "positional_tensors": positional_tensors,
         "T": _tensor_type(),
     }  # fmt: skip
-    source = _BODY.format(name=fn.__name__, params=params, args=args, bind=bind)
+    source = _BODY.format(
+        name=fn.__name__, params=params, args=args, bind=bind, default_pg=default_pg_field(world)
+    )
     exec(compile(source, _source_file(op, source), "exec"), namespace)
     recorded = namespace[fn.__name__]
     recorded.__wrapped__ = fn
