@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from rankscope.logs.analysis import LogFilter, fold_partials, merge_folds, merge_lines
 from rankscope.logs.gone import gone_node_logs
 from rankscope.logs.model import FoldedLine, LogLine, NodeLogs
+from rankscope.runtime.ask import Selection, select
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeStatus
 
@@ -36,13 +37,13 @@ class JobLogs:
 
 
 def collect_logs(
-    address: str | None, job: str | None, log_filter: LogFilter, *, raw: bool
+    address: str | None, selection: Selection, log_filter: LogFilter, *, raw: bool
 ) -> list[JobLogs]:
-    """Every selected job's logs, read on their nodes."""
+    """Every selected job's logs, read on their nodes (`log_filter` picks the ranks)."""
     client = HubClient.attach(address)
     return [
         read_job_logs(job_id, probes, log_filter, raw=raw)
-        for job_id, probes in client.jobs(job).items()
+        for job_id, probes in select(client, selection).items()
     ]
 
 
