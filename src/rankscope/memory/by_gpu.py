@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from rankscope.context import RankContext
 from rankscope.memory.analysis.gpus import GpuProcess, GpuShare, group_by_gpu
 from rankscope.memory.model import GpuTenancy
 from rankscope.runtime import deadlines
@@ -48,24 +49,25 @@ def collect_by_gpu(
 
 
 def _job(job_id: str, answers: Answers) -> JobGpus:
-    processes = [
-        GpuProcess(
-            ctx.label,
-            ctx.node_id,
-            ctx.node_ip or ctx.hostname,
-            ctx.pid,
-            reply.payload,
-            ctx.rank,
-            ctx.group,
-            ctx.actor_class,
-        )
-        for ctx, reply in ((p.context, reply) for p, reply in answers.answered)
-    ]
+    processes = [_gpu_process(p.context, reply.payload) for p, reply in answers.answered]
     unanswered = [f"{p.context.label}: {why}" for p, why in answers.unanswered(silent="no answer")]
     gpus = group_by_gpu(processes)
     on_gpu = {t.pid for g in gpus for t in g.tenants}
     without = [p.label for p in processes if p.pid not in on_gpu]
     return JobGpus(job_id, gpus, without, unanswered)
+
+
+def _gpu_process(ctx: RankContext, tenancy: GpuTenancy) -> GpuProcess:
+    return GpuProcess(
+        ctx.label,
+        ctx.node_id,
+        ctx.node_ip or ctx.hostname,
+        ctx.pid,
+        tenancy,
+        ctx.rank,
+        ctx.group,
+        ctx.actor_class,
+    )
 
 
 def render_by_gpu(view: JobGpus) -> RenderableType:

@@ -24,7 +24,6 @@ from rankscope.runtime.protocol import ProbeStatus
 
 __all__ = [
     "alert_lines",
-    "health_of",
     "inputs_of",
     "job_health",
     "job_series",
@@ -93,7 +92,7 @@ def job_health(
             for p in answers.silent
         ]
         series = analysis.analysable([reply.payload for _, reply in answers.answered])
-        out.append(health_of(job_id, series, thresholds, tuple(missing)))
+        out.append(_health(job_id, series, thresholds, tuple(missing)))
     return out
 
 
@@ -113,7 +112,7 @@ def job_series(
     }
 
 
-def health_of(
+def _health(
     job_id: str,
     series: list[RankSeries],
     thresholds: Thresholds | None,

@@ -194,6 +194,8 @@ def _monitor(
     from rankscope.report.trends import monitor_data
 
     [answers] = job_series(address, this_job, client=client).values()
+    if not answers.asked:  # no live rank: no series, and no findings over none
+        return (), ()
     return monitor_data([reply.payload for _, reply in answers.answered])
 
 
