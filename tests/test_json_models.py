@@ -35,7 +35,7 @@ from rankscope.monitor.comm import CommBench
 from rankscope.monitor.model import JobHealth, JobTop
 from rankscope.report.model import RunReport
 from rankscope.resources.model import AllocationPlan, PendingReport
-from rankscope.stacks.analysis import StackReport
+from rankscope.stacks.model import StackReport
 from rankscope.status.model import JobStatusView, StatusReport
 from rankscope.trace.model import TraceSummary
 

@@ -18,15 +18,13 @@ from rankscope.runtime.ask import Answers, Command, Selection, ask, select
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import CommandResult, ProbeStatus
 from rankscope.stacks.analysis import (
-    StackFinding,
-    StackReport,
     confirm_sample,
     confirmed,
     confirmed_by_sample,
     group_stacks,
     waited_long,
 )
-from rankscope.stacks.model import ChildProcess, ProcessStacks
+from rankscope.stacks.model import ChildProcess, ProcessStacks, StackFinding, StackReport
 from rankscope.stacks.pyspy import PARALLEL_DUMPS, PYSPY_TIMEOUT_S, dump_on_node
 
 CONFIRM_AFTER_S = 1.0
