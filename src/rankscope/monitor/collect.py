@@ -23,6 +23,7 @@ from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeStatus
 
 __all__ = [
+    "alert_line_sets",
     "alert_lines",
     "inputs_of",
     "job_health",
@@ -141,19 +142,29 @@ def alert_lines(probes: Sequence[ProbeStatus], covered: Sequence[Alert] = ()) ->
     `covered`: alerts status prints anyway (the monitor raises its alerted findings through the
     alerts feature); a line they already say is left out.
     """
+    return alert_line_sets(probes, covered)[1]
+
+
+def alert_line_sets(
+    probes: Sequence[ProbeStatus], covered: Sequence[Alert]
+) -> tuple[list[str], list[str]]:
+    """Every alert line (`--json`), and those `covered` does not already say (the text), from
+    one pass over the ranks' rows (at 4,096 ranks the rows are the cost)."""
     inputs = inputs_of(probes)
     own = {i.pid: set(i.summary.alerts) if i.summary else set() for i in inputs}
     stragglers = {a.rank for a in covered if a.rule == FindingKind.STRAGGLER.value}
     said = [a.message for a in covered]
-    lines = []
+    every, unsaid = [], []
     for r in rank_rows(inputs):
         for a in r.alerts:
+            line = a if a.startswith(f"rank {r.rank} ") else f"{_who(r)}: {a}"
+            every.append(line)
             if a not in own.get(r.pid, ()) and r.rank in stragglers:
                 continue  # the view's straggler line, raised by the group's judge
             if any(a in m for m in said):
                 continue
-            lines.append(a if a.startswith(f"rank {r.rank} ") else f"{_who(r)}: {a}")
-    return lines
+            unsaid.append(line)
+    return every, unsaid
 
 
 def _who(r: RankRow) -> str:

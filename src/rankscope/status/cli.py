@@ -28,7 +28,6 @@ def status(
     their rank ranges; dead, unresponsive and stuck ranks keep a row each.
     """
     from rankscope.cli.output import to_json
-    from rankscope.monitor.collect import alert_lines
     from rankscope.runtime.ask import Selection
     from rankscope.status.collect import any_lost, status_report
     from rankscope.status.render import render_status
@@ -43,7 +42,7 @@ def status(
                     j.job_id, j.processes, j.deaths, first_death=j.first_death, show_all=show_all
                 )
             )
-            for line in alert_lines(j.processes, j.active_alerts):  # the monitor's, not twice
+            for line in j.unsaid_alerts:  # the monitor's, not twice
                 out.print(f"alert: {line}", style="yellow", markup=False)
             for a in j.active_alerts:
                 out.print(f"alert [{a.severity}]: {a.message}", style="yellow", markup=False)

@@ -25,20 +25,22 @@ def status_report(address: str | None, selection: Selection) -> StatusReport:
     alerts: the monitor's from the heartbeats, the alert rules' active ones from the run
     directory's events."""
     from rankscope.alerts.collect import job_alerts
-    from rankscope.monitor.collect import alert_lines
+    from rankscope.monitor.collect import alert_line_sets
 
     client = HubClient.attach(address)
     views = []
     for j in job_statuses(address, selection, client=client, summaries=STATUS_SUMMARIES):
         active = [a for a in job_alerts(client, j.job_id, list(j.processes)) if a.active]
+        every, unsaid = alert_line_sets(j.processes, active)
         views.append(
             JobStatusView(
                 j.job_id,
                 j.processes,
                 j.deaths,
                 j.first_death,
-                tuple(alert_lines(j.processes)),
+                tuple(every),
                 tuple(active),
+                tuple(unsaid),
             )
         )
     return StatusReport(tuple(views))

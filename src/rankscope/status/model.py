@@ -38,6 +38,8 @@ class JobStatusView:
     """The monitor's alert lines, from the heartbeats."""
     active_alerts: tuple[Alert, ...]
     """The ranks' active alerts (`rankscope alerts`), from the run directory's events."""
+    unsaid_alerts: tuple[str, ...] = field(default=(), metadata={"json": False})
+    """The monitor's lines that `active_alerts` do not already say: what the text shows."""
 
 
 @dataclass(frozen=True)
