@@ -80,3 +80,24 @@ def test_a_bad_rank_spec_fails_as_the_selection_is_made():
         Selection(ranks="two")
     with pytest.raises(dataclasses.FrozenInstanceError):
         Selection().job = "x"  # type: ignore[misc]
+
+
+CHECKS = ("debug/diagnose.py", "memory/diagnose.py")
+"""The checks `rankscope diagnose` dispatches: as thin as a `cli.py`."""
+
+
+def test_no_cli_nor_diagnose_check_joins_a_cluster_or_builds_a_hub_client():
+    """A `cli.py` parses, calls its collect, renders and exits: the collect side attaches."""
+    import ast
+    import pathlib
+
+    import rankscope
+
+    src = pathlib.Path(rankscope.__file__).parent
+    modules = [*src.rglob("cli.py"), *(src / c for c in CHECKS)]
+    reaching = []
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "rankscope.runtime.client":
+                reaching.append(f"{path.relative_to(src)}:{node.lineno}")
+    assert len(modules) >= 20 and reaching == []
