@@ -78,7 +78,7 @@ class Answers:
         return {status.info.probe_id: reply.payload for status, reply in self.answered}
 
     def unanswered(
-        self, failed: str = "{error}", silent: str = ""
+        self, failed: str = "{error}", silent: str = "no answer in time"
     ) -> list[tuple[ProbeStatus, str]]:
         """The failed ranks, then the silent ones, each with why, in the caller's words:
         `failed` formats `{error}`, `silent` formats `{deadline}` (`:g`)."""
