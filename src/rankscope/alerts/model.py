@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from rankscope.errors import UserError
 
-__all__ = ["SCOPES", "SEVERITIES", "Alert", "AlertSettings", "RegexRule"]
+__all__ = ["SCOPES", "SEVERITIES", "Alert", "AlertSettings", "JobAlerts", "RegexRule"]
 
 SEVERITIES = ("info", "warning", "error", "critical")
 SCOPES = ("rank", "job")

@@ -12,7 +12,7 @@ from rankscope.monitor.collectives import align
 from rankscope.monitor.model import MonitorSummary, RankRow
 from rankscope.monitor.straggler import straggler_scores
 
-__all__ = ["RankInput", "RankRow", "arrivals", "rank_rows"]
+__all__ = ["RankInput", "arrivals", "rank_rows"]
 
 
 @dataclass(frozen=True)
