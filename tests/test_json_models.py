@@ -25,7 +25,7 @@ from rankscope.doctor.config_lint.model import LintReport
 from rankscope.doctor.model import EnvironmentDiagnosis, JobEnvironment
 from rankscope.doctor.preflight.model import PreflightReport
 from rankscope.events.model import EventsReport, JobEvents
-from rankscope.hang.analysis import HangReport
+from rankscope.hang.model import HangReport
 from rankscope.levels.model import RankLevel
 from rankscope.logs.model import JobLogs
 from rankscope.memory.analysis import ClusterMemory

@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 
 from rankscope.context import RankContext
-from rankscope.hang.analysis import FindingKind, GroupState, HangFinding, HangReport
+from rankscope.hang.model import FindingKind, GroupState, HangFinding, HangReport
 from rankscope.hang.render import render_hang
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 from rankscope.stacks.analysis import group_stacks

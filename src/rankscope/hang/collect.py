@@ -6,11 +6,11 @@ import dataclasses
 import time
 from collections.abc import Collection
 
-from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
+from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, RankEvidence, analyze_hang
 from rankscope.hang.death import find_deaths
 from rankscope.hang.evidence import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.hang.flight import merge_flight
-from rankscope.hang.model import DeathKind, RecorderSnapshot
+from rankscope.hang.model import DeathKind, HangReport, RecorderSnapshot
 from rankscope.runtime import deadlines
 from rankscope.runtime.ask import Answers, Command, Selection, ask, select
 from rankscope.runtime.client import HubClient
