@@ -82,6 +82,7 @@ class Sleeper:
 
 
 def bench_stacks(ray: Any, trials: int) -> None:
+    from rankscope.runtime.ask import Selection
     from rankscope.runtime.client import HubClient
     from rankscope.stacks.collect import stack_reports
     from rankscope.stacks.pyspy import pyspy_executable
@@ -102,7 +103,7 @@ def bench_stacks(ray: Any, trials: int) -> None:
     assert exe is not None
     for _ in range(trials):
         start = time.perf_counter()
-        report = stack_reports(None, job_id, None, 2.0, client=client)[0]
+        report = stack_reports(None, Selection(job_id), client=client)[0]
         ours.append(time.perf_counter() - start)
         assert report.process_count >= 8
         start = time.perf_counter()

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 import rankscope.cli.main as cli
 from helpers import wait_registered
 from rankscope.hang.collect import whereabouts
+from rankscope.runtime.ask import Command, ask
 from rankscope.runtime.client import HubClient
 from workers import EngineOwner, wait_until
 
@@ -40,10 +41,8 @@ def test_stacks_show_a_ranks_child_process_labelled_as_its_child(cluster):
         # `hang` says where the rank is, and where the engine it waits for is
         client = HubClient.attach()
         members = [p for p in client.probes() if p.context.group == "engine-test"]
-        with client.together():
-            located = client.start_fan_out("where", members, deadline_s=5.0)
-            kids = client.start_fan_out("children", members, deadline_s=5.0)
-        [where] = whereabouts(located(), kids(), members, 5.0).values()
+        located, kids = ask(client, members, [Command("where"), Command("children")], 5.0)
+        [where] = whereabouts(located, kids).values()
         assert f"; its child pid {child} (" in where and ") is in generate_tokens" in where, where
     finally:
         ray.get(owner.stop_engine.remote())

@@ -21,6 +21,7 @@ from helpers import cluster_address, line_of, run_cli, run_demo, wait_registered
 from rankscope.debug.client import connect, run_terminal
 from rankscope.debug.collect import list_sessions
 from rankscope.debug.model import DebugSession
+from rankscope.runtime.ask import Selection
 from rankscope.runtime.client import HubClient
 from workers import WORKER_NODE_RESOURCE, wait_until
 from workers_debug import DebugRank
@@ -43,7 +44,8 @@ def ranks(cluster):
 
 def _sessions() -> list[DebugSession]:
     client = HubClient.attach()
-    return [s for listing in list_sessions(client, None, with_token=True) for s in listing.sessions]
+    listings = list_sessions(None, Selection(), with_token=True, client=client)
+    return [s for listing in listings for s in listing.sessions]
 
 
 def _wait_session(**match: object) -> DebugSession:

@@ -4,8 +4,7 @@ the live cluster with declared GPUs and a dashboard is tests/test_resources_clus
 from __future__ import annotations
 
 from rankscope.doctor.analysis import compare_environments
-from rankscope.doctor.collect import JobEnvironment
-from rankscope.doctor.model import EnvironmentFacts, ProcessFacts
+from rankscope.doctor.model import EnvironmentFacts, JobEnvironment, ProcessFacts
 from rankscope.doctor.preflight.live import (
     PENDING,
     VERSIONS,

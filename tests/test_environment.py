@@ -14,8 +14,7 @@ import rankscope.cli.main as cli
 from helpers import wait_registered
 from rankscope.doctor import collect_facts
 from rankscope.doctor.analysis import compare_environments, ordered
-from rankscope.doctor.collect import JobEnvironment
-from rankscope.doctor.model import ProcessFacts
+from rankscope.doctor.model import JobEnvironment, ProcessFacts
 from rankscope.doctor.render import render_environment
 from workers import GlooRank
 

@@ -26,6 +26,7 @@ import rankscope.cli.main as cli
 from helpers import probes_by_pid, wait_registered
 from rankscope.config import Config
 from rankscope.hang.collect import whereabouts
+from rankscope.runtime.ask import Command, ask
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.hub import find_hub
 from rankscope.runtime.liveness import NODE_SWEEP_S
@@ -237,10 +238,8 @@ def test_a_frozen_rank_and_a_hub_killed_mid_fan_out(cluster):
         # `hang` asks only where each rank is: the frozen rank's answer comes from py-spy too
         client = HubClient.attach()
         members = [p for p in client.probes(_job()) if p.context.group == group]
-        with client.together():
-            located = client.start_fan_out("where", members, deadline_s=2.0)
-            kids = client.start_fan_out("children", members, deadline_s=2.0)
-        where = whereabouts(located(), kids(), members, 2.0)
+        located, kids = ask(client, members, [Command("where"), Command("children")], 2.0)
+        where = whereabouts(located, kids)
         by_rank = {p.context.rank: where.get(p.info.probe_id) for p in members}
         assert "train test_faults_cluster.py:" in (by_rank[0] or ""), by_rank  # its own answer
         assert by_rank[1], by_rank  # py-spy's, as for `stacks`

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang
-from rankscope.hang.model import CallState, CollectiveRecord, DeathKind
+from rankscope.hang.analysis import RankEvidence, analyze_hang
+from rankscope.hang.model import CallState, CollectiveRecord, DeathKind, FindingKind
 from rankscope.hang.recorder import (
     collective_recorder,
     error_text,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang
+from rankscope.hang.analysis import RankEvidence, analyze_hang
 from rankscope.hang.flight import (
     FLIGHT_SOURCE,
     flight_groups,
@@ -16,7 +16,7 @@ from rankscope.hang.flight import (
     merge_flight,
     parse_flight_dump,
 )
-from rankscope.hang.model import CallState, CollectiveRecord
+from rankscope.hang.model import CallState, CollectiveRecord, FindingKind
 
 NOW = 1_000.0
 

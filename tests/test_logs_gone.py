@@ -8,9 +8,8 @@ from dataclasses import asdict
 
 from rankscope.context import RankContext
 from rankscope.logs.analysis import LogFilter, fold_lines, merge_lines
-from rankscope.logs.collect import JobLogs
 from rankscope.logs.gone import gone_node_logs
-from rankscope.logs.model import LogLine, TemplateStat
+from rankscope.logs.model import JobLogs, LogLine, TemplateStat
 from rankscope.logs.render import render_logs
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 

@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 
 from rankscope.context import RankContext
-from rankscope.hang.analysis import FindingKind, GroupState, HangFinding, HangReport
+from rankscope.hang.model import FindingKind, GroupState, HangFinding, HangReport
 from rankscope.hang.render import render_hang
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 from rankscope.stacks.analysis import group_stacks
@@ -121,8 +121,7 @@ def test_hang_with_thousands_of_groups_lists_a_few():
 
 
 def test_debug_list_says_plainly_that_debugpy_has_no_token():
-    from rankscope.debug.analysis import AttachRoute
-    from rankscope.debug.model import DebugSession, SessionListing
+    from rankscope.debug.model import AttachRoute, DebugSession, SessionListing
     from rankscope.debug.render import render_sessions
 
     fields = dict(

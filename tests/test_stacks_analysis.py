@@ -19,7 +19,6 @@ from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progr
 from rankscope.stacks.analysis import (
     CONFIRM_SAMPLE,
     LONG_WAIT_S,
-    StackReport,
     confirm_sample,
     confirmed,
     confirmed_by_sample,
@@ -27,7 +26,7 @@ from rankscope.stacks.analysis import (
     summarize,
     waited_long,
 )
-from rankscope.stacks.model import Frame, ProcessStacks, ThreadStack
+from rankscope.stacks.model import Frame, ProcessStacks, StackReport, ThreadStack
 from rankscope.stacks.render import render_stacks
 
 LIB = "/venv/lib/python3.11/site-packages/"

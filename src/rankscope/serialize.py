@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
+PROPERTIES = ("label", "location", "ok", "signature", "matches")
+"""Properties of a record that its JSON carries as if they were fields (`ok` of a report,
+`matches` of a checkpoint diff)."""
+
 
 def plain(value: Any) -> Any:
-    """Dataclasses, enums and containers as JSON-ready values (properties `label`, `location`
-    and `ok` included)."""
+    """Dataclasses, enums and containers as JSON-ready values (the properties named in
+    `PROPERTIES` included, fields whose metadata says `{"json": False}` left out)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        for name in ("label", "location", "ok", "signature"):
-            if hasattr(type(value), name):
-                fields[name] = getattr(value, name)
+        names, properties = _json_names(type(value))
+        fields = {name: plain(getattr(value, name)) for name in names}
+        for name in properties:
+            fields[name] = getattr(value, name)
         return fields
     if isinstance(value, enum.Enum):
         return value.value
@@ -26,6 +31,23 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return [plain(v) for v in value]
     return value
+
+
+@functools.cache
+def _json_names(kind: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A record type's fields that its JSON carries (all but those whose metadata says
+    `{"json": False}`), and the `PROPERTIES` it has."""
+    names = tuple(f.name for f in dataclasses.fields(kind) if f.metadata.get("json", True))
+    return names, tuple(name for name in PROPERTIES if hasattr(kind, name))
+
+
+def by_job(records: Any) -> dict[str, Any]:
+    """Records that each have a `job_id`, as JSON keyed by it: `{job_id: {other fields}}`."""
+    out = {}
+    for record in records:
+        fields = plain(record)
+        out[fields.pop("job_id")] = fields
+    return out
 
 
 def parse_json(data: bytes | str) -> Any:

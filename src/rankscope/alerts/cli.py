@@ -28,10 +28,11 @@ def alerts(
     from rankscope.alerts.render import render_alerts
     from rankscope.cli.output import to_json
     from rankscope.errors import UserError
+    from rankscope.runtime.ask import Selection
 
     if ack is not None and not ack.strip():
         raise UserError("--ack needs a rule name (as `rankscope alerts` shows it) or all")
-    results = collect_alerts(address, job, ack.strip() if ack is not None else None)
+    results = collect_alerts(address, Selection(job), ack=ack.strip() if ack is not None else None)
     if as_json:
         out.print_json(to_json("alerts", results))
     else:

@@ -4,7 +4,6 @@ the silence rule over the hub's registry (the one rule that needs every rank at 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from rankscope.alerts.analysis import (
     ACK_ALL,
@@ -14,35 +13,28 @@ from rankscope.alerts.analysis import (
     apply_acks,
     silent_ranks,
 )
-from rankscope.alerts.model import Alert, AlertSettings
+from rankscope.alerts.model import Alert, AlertSettings, JobAlerts
 from rankscope.errors import UserError
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
-__all__ = ["JobAlerts", "collect_alerts", "job_alerts", "silence_rows"]
+__all__ = ["collect_alerts", "job_alerts", "silence_rows"]
 
 EVENT_LIMIT = 2000
 
 
-@dataclass(frozen=True)
-class JobAlerts:
-    job_id: str
-    alerts: tuple[Alert, ...]
-    """Newest first."""
-
-    @property
-    def active(self) -> int:
-        return sum(a.active for a in self.alerts)
-
-
-def collect_alerts(address: str | None, job: str | None, ack: str | None = None) -> list[JobAlerts]:
+def collect_alerts(
+    address: str | None, selection: Selection, *, ack: str | None = None
+) -> list[JobAlerts]:
     """Each job's alerts; with `ack` (a rule name, or `all`), that rule's alerts (every
     alert's) raised so far are acknowledged first: an `alert_ack` event in the run directory,
     written by a live probe of the job."""
     client = HubClient.attach(address)
     settings = AlertSettings.from_env()
     now = time.time()
-    jobs = client.jobs(job)
+    jobs = select(client, selection)
     found = {
         job_id: job_alerts(client, job_id, probes, settings, now) for job_id, probes in jobs.items()
     }
@@ -65,9 +57,9 @@ def _acknowledge(
         key=lambda p: (p.context.rank is None, p.context.rank or 0),
     )
     for p in live[:3]:  # the first that answers writes the event
-        reply = client.fan_out("alerts_ack", [p], args={"rule": rule}).replies
-        if reply and reply[0].ok:
-            return apply_acks(found, {rule: float(reply[0].payload)})
+        acked = ask_one(client, [p], Command("alerts_ack", {"rule": rule}), deadlines.HUB_DEFAULT)
+        if acked.answered:
+            return apply_acks(found, {rule: float(acked.answered[0][1].payload)})
     raise UserError(f"job {job_id}: no live process to record the acknowledgement")
 
 

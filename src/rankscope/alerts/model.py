@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from rankscope.errors import UserError
 
-__all__ = ["SCOPES", "SEVERITIES", "Alert", "AlertSettings", "RegexRule"]
+__all__ = ["SCOPES", "SEVERITIES", "Alert", "AlertSettings", "JobAlerts", "RegexRule"]
 
 SEVERITIES = ("info", "warning", "error", "critical")
 SCOPES = ("rank", "job")
@@ -122,3 +122,14 @@ class AlertSettings:
                     f"RANKSCOPE_ALERT_{name.upper()}={raw!r} is not a valid {kind.__name__}"
                 ) from None
         return cls(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class JobAlerts:
+    job_id: str
+    alerts: tuple[Alert, ...]
+    """Newest first."""
+
+    @property
+    def active(self) -> int:
+        return sum(a.active for a in self.alerts)

@@ -7,7 +7,7 @@ import time
 from rich.table import Table
 from rich.text import Text
 
-from rankscope.alerts.collect import JobAlerts
+from rankscope.alerts.model import JobAlerts
 
 __all__ = ["render_alerts"]
 

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console, RenderableType
 from rich.text import Text
 
 from rankscope.cli.common import ExitCode, Json, handle_errors
-
-if TYPE_CHECKING:
-    from rankscope.ckpt.model import CkptDiff
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 out = Console(highlight=False, soft_wrap=False)
@@ -56,7 +53,7 @@ def diff(
 
     result = diff_paths(expected, actual)
     if as_json:
-        out.print_json(to_json("ckpt.diff", _diff_json(result)))
+        out.print_json(to_json("ckpt.diff", result))
     else:
         _print(render_diff(result))
     if not result.matches:
@@ -154,11 +151,3 @@ def _print(parts: list[RenderableType]) -> None:
     """Text lines are never wrapped or cropped (paths and commands stay copyable)."""
     for part in parts:
         out.print(part, soft_wrap=isinstance(part, Text))
-
-
-def _diff_json(result: CkptDiff) -> dict[str, Any]:
-    from rankscope.serialize import plain
-
-    data: dict[str, Any] = plain(result)
-    data["matches"] = result.matches
-    return data

@@ -24,6 +24,7 @@ from rankscope.consistency.model import (
     TensorSpread,
 )
 from rankscope.errors import ConsistencyError, UserError
+from rankscope.runtime import deadlines
 
 if TYPE_CHECKING:  # torch is imported on first use: `import rankscope` stays light
     import torch
@@ -32,7 +33,6 @@ if TYPE_CHECKING:  # torch is imported on first use: `import rankscope` stays li
 
 log = logging.getLogger("rankscope")
 
-DEFAULT_DEADLINE_S = 60.0
 EVENT_KIND = "consistency"
 MAX_EVENT_TENSORS = 100
 """Differing tensors listed in the hub event; the report itself keeps them all."""
@@ -52,7 +52,7 @@ def verify_distributed_tensors(
     include_grads: bool = False,
     raise_on_mismatch: bool = False,
     rank: int | None = None,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float = deadlines.EXCHANGE_S,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
 ) -> ConsistencyReport:
     """Check that tensors which should be identical across ranks are; name who differs.
@@ -131,7 +131,7 @@ def inspect_distributed_tensor(
     group: Any = None,
     ranks: list[int] | None = None,
     rank: int | None = None,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float = deadlines.EXCHANGE_S,
 ) -> TensorSpread:
     """Per-rank shape, dtype, device, mean, std, min, max, norm and NaN/Inf counts of a tensor.
 

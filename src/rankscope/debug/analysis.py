@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rankscope.debug.model import LOOPBACK, DebugSession
+from rankscope.debug.model import LOOPBACK, AttachRoute, DebugSession
 from rankscope.errors import UserError
 
 RankFilter = int | Iterable[int] | Callable[[int], bool] | None
@@ -33,18 +33,6 @@ def rank_matches(rank: int | None, rank_filter: RankFilter) -> bool:
     if callable(rank_filter):
         return bool(rank_filter(rank))
     return rank in set(rank_filter)
-
-
-@dataclass(frozen=True)
-class AttachRoute:
-    """How this terminal reaches a session."""
-
-    tunnel: bool
-    """True: relay through a Ray actor on the session's node (its port is on loopback there)."""
-    host: str
-    port: int
-    direct_command: str
-    """What to run, and where, to connect without the tunnel."""
 
 
 def attach_route(session: DebugSession, here_node_id: str) -> AttachRoute:

@@ -16,8 +16,7 @@ import typer
 from rankscope.cli.common import Address, Job, Json, err, handle_errors, out
 
 if TYPE_CHECKING:
-    from rankscope.debug.analysis import AttachRoute
-    from rankscope.debug.model import DebugSession
+    from rankscope.debug.model import AttachRoute, DebugSession
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
@@ -31,32 +30,18 @@ def list_command(
 ) -> None:
     """Every open debug session: rank, node, pid, where it stopped, and how to attach."""
     from rankscope.cli.output import to_json
-    from rankscope.debug.analysis import attach_route, vscode_launch
-    from rankscope.debug.collect import here_node_id, list_sessions
+    from rankscope.debug.collect import debug_list
     from rankscope.debug.render import render_sessions
-    from rankscope.runtime.client import HubClient
+    from rankscope.runtime.ask import Selection
 
-    client = HubClient.attach(address)
-    listings = list_sessions(client, job)
-    here = here_node_id()
-    routes = {s.id: attach_route(s, here) for listing in listings for s in listing.sessions}
+    found = debug_list(address, Selection(job))
     if as_json:
-        attach = {
-            s.id: {
-                "command": f"rankscope debug attach {s.id}",
-                "tunnel": routes[s.id].tunnel,
-                "direct": routes[s.id].direct_command,
-                "vscode": vscode_launch(s) if s.backend == "debugpy" else None,
-            }
-            for listing in listings
-            for s in listing.sessions
-        }
-        out.print_json(to_json("debug-list", {"jobs": listings, "attach": attach}))
+        out.print_json(to_json("debug-list", found))
         return
-    if not listings:
+    if not found.jobs:
         out.print("no registered processes, so no debug sessions")
-    for listing in listings:
-        out.print(render_sessions(listing, routes))
+    for listing in found.jobs:
+        out.print(render_sessions(listing, found.routes))
 
 
 @app.command("attach")
@@ -69,10 +54,8 @@ def attach_command(
     from rankscope.debug.analysis import attach_route
     from rankscope.debug.client import connect, enable_line_editing, run_terminal
     from rankscope.debug.collect import find_session, here_node_id
-    from rankscope.runtime.client import HubClient
 
-    client = HubClient.attach(address)
-    session = find_session(client, session_id)
+    session = find_session(address, session_id)
     route = attach_route(session, here_node_id())
     if session.backend == "debugpy":
         _forward_debugpy(session, route)

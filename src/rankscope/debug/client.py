@@ -8,8 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
-from rankscope.debug.analysis import AttachRoute
-from rankscope.debug.model import DebugSession
+from rankscope.debug.model import AttachRoute, DebugSession
 from rankscope.debug.tunnel import Connection, RelayConnection, SocketConnection
 from rankscope.errors import UserError
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 
@@ -89,3 +90,40 @@ class SessionListing:
     """Labels of live processes whose probe did not answer in time."""
     unanswered_probe_ids: tuple[str, ...]
     dead_probe_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AttachRoute:
+    """How this terminal reaches a session."""
+
+    tunnel: bool
+    """True: relay through a Ray actor on the session's node (its port is on loopback there)."""
+    host: str
+    port: int
+    direct_command: str
+    """What to run, and where, to connect without the tunnel."""
+
+
+@dataclass(frozen=True)
+class AttachCommands:
+    """How to attach to one session, as `debug list --json` says it."""
+
+    command: str
+    tunnel: bool
+    """True: `command` relays through a Ray actor on the session's node."""
+    direct: str
+    """What to run, and where, to connect without the tunnel."""
+    vscode: dict[str, Any] | None
+    """A VS Code launch.json "attach" configuration, for a debugpy session."""
+
+
+@dataclass(frozen=True)
+class DebugList:
+    """`rankscope debug list`: every selected job's open sessions, and how to attach to each
+    from this machine."""
+
+    jobs: tuple[SessionListing, ...]
+    attach: dict[str, AttachCommands]
+    """By session id."""
+    routes: dict[str, AttachRoute] = field(default_factory=dict, metadata={"json": False})
+    """By session id, for the text view (`attach` says the same in JSON)."""

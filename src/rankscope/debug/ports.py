@@ -1,4 +1,5 @@
-"""`rankscope diagnose --check-debug-ports`: does every session's port listen, and can we reach it?
+"""The collect side of `rankscope diagnose --check-debug-ports`: does every session's port
+listen, and can we reach it? (`debug/diagnose.py` prints the answer.)
 
 Live sessions come from the probes; sessions whose process died come from the run directory's
 `debug_session_opened` / `debug_session_closed` events, read on the hub's node.
@@ -9,24 +10,21 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from rich.console import Console
-
-from rankscope.debug.analysis import FINDINGS, LoggedSession, check_ports, logged_sessions
+from rankscope.debug.analysis import LoggedSession, PortCheck, check_ports, logged_sessions
 from rankscope.debug.model import LOOPBACK, DebugSession
+from rankscope.runtime.ask import Selection
 from rankscope.runtime.client import HubClient
 
 CONNECT_TIMEOUT_S = 1.0
 MAX_LOGGED_EVENTS = 10_000
 
 
-def check_debug_ports(address: str | None, job: str | None, as_json: bool, console: Console) -> int:
-    """One line per debug session: reachable, tunnel-only, not listening, or process died."""
-    from rankscope.cli.output import to_json
+def port_checks(address: str | None, selection: Selection) -> list[PortCheck]:
+    """Every debug session: reachable, tunnel-only, not listening, or its process died."""
     from rankscope.debug.collect import here_node_id, list_sessions
-    from rankscope.debug.render import render_port_checks
 
     client = HubClient.attach(address)
-    listings = list_sessions(client, job)
+    listings = list_sessions(address, selection, client=client)
     here = here_node_id()
     live = [s for listing in listings for s in listing.sessions]
     reachable = {s.id: _can_connect(_host_from_here(s, here), s.port) for s in live}
@@ -34,7 +32,7 @@ def check_debug_ports(address: str | None, job: str | None, as_json: bool, conso
         s.id: ok for s, ok in zip(live, _listens_on_nodes(live, here, reachable), strict=True)
     }
     logged = _logged(client, [listing.job_id for listing in listings])
-    checks = check_ports(
+    return check_ports(
         live,
         listens,
         reachable,
@@ -42,11 +40,6 @@ def check_debug_ports(address: str | None, job: str | None, as_json: bool, conso
         frozenset(p for listing in listings for p in listing.dead_probe_ids),
         frozenset(p for listing in listings for p in listing.unanswered_probe_ids),
     )
-    if as_json:
-        console.print_json(to_json("diagnose-debug-ports", checks))
-    else:
-        console.print(render_port_checks(checks))
-    return 1 if any(c.verdict in FINDINGS for c in checks) else 0
 
 
 def _host_from_here(session: DebugSession, here: str) -> str | None:
@@ -101,4 +94,4 @@ def _logged(client: HubClient, job_ids: list[str]) -> list[LoggedSession]:
     return logged_sessions(events)
 
 
-__all__ = ["check_debug_ports"]
+__all__ = ["port_checks"]

@@ -9,8 +9,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rankscope.debug.analysis import FINDINGS, AttachRoute, PortCheck, vscode_launch
-from rankscope.debug.model import DebugSession, SessionListing
+from rankscope.debug.analysis import FINDINGS, PortCheck, vscode_launch
+from rankscope.debug.model import AttachRoute, DebugSession, SessionListing
 from rankscope.units import ago
 
 __all__ = ["render_port_checks", "render_sessions"]

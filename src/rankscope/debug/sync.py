@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rankscope.runtime import deadlines
 from rankscope.runtime.probe import register_handler, register_step_hook
 
 log = logging.getLogger("rankscope")
 
 RECHECK_S = 2.0
 """How often a waiting rank asks whether the pausing session still exists."""
-ASK_DEADLINE_S = 3.0
 MAX_FAILED_CHECKS = 3
 """A waiting rank that cannot reach the hub this many times in a row resumes on its own."""
 
@@ -91,8 +91,10 @@ def _drop_gone_sessions() -> bool:
         return False
     probe_ids = list({p.probe_id for p in pauses})
     result = ray.get(
-        hub.fan_out.remote("debug_sessions", {}, probe_ids=probe_ids, deadline_s=ASK_DEADLINE_S),
-        timeout=ASK_DEADLINE_S + 10.0,
+        hub.fan_out.remote(
+            "debug_sessions", {}, probe_ids=probe_ids, deadline_s=deadlines.DEBUG_SESSIONS_S
+        ),
+        timeout=deadlines.DEBUG_SESSIONS_S + 10.0,
     )
     still_open = {s.id for reply in result.replies if reply.ok for s in reply.payload}
     unanswered = {p.info.probe_id for p in result.missing}
@@ -145,6 +147,6 @@ def announce(kind: str, args: dict[str, Any], job_id: str) -> None:
 
         hub = find_hub()
         if hub is not None:
-            hub.fan_out.remote(kind, args, job_id=job_id, deadline_s=ASK_DEADLINE_S)
+            hub.fan_out.remote(kind, args, job_id=job_id, deadline_s=deadlines.DEBUG_SESSIONS_S)
     except Exception as exc:
         log.warning("rankscope: could not tell the other ranks (%s): %s", kind, exc)

@@ -37,23 +37,24 @@ def inject(worker: Any, step: int) -> None:
 def diagnose(session: DemoSession) -> bool:
     import ray
 
-    from rankscope.debug.analysis import attach_route
-    from rankscope.debug.collect import here_node_id, list_sessions
+    from rankscope.debug.collect import debug_list, list_sessions
     from rankscope.debug.render import render_sessions
+    from rankscope.runtime.ask import Selection
 
+    this_job = Selection(session.job_id)
     found: list[Any] = []
 
+    def listings() -> list[Any]:
+        return list_sessions(None, this_job, client=session.client)
+
     def paused() -> bool:
-        found[:] = [
-            s for listing in list_sessions(session.client, session.job_id) for s in listing.sessions
-        ]
+        found[:] = [s for listing in listings() for s in listing.sessions]
         return bool(found)
 
     session.wait_for(paused, what="the breakpoint")
-    here = here_node_id()
-    for listing in list_sessions(session.client, session.job_id):
-        routes = {s.id: attach_route(s, here) for s in listing.sessions}
-        session.console.print(render_sessions(listing, routes))
+    listed = debug_list(None, this_job)
+    for listing in listed.jobs:
+        session.console.print(render_sessions(listing, listed.routes))
     opened = found[0]
     session.console.print(
         f"\n`rankscope debug list` shows the paused rank; from another terminal run "
@@ -69,7 +70,7 @@ def diagnose(session: DemoSession) -> bool:
     return (
         opened.rank == session.fault_rank
         and opened.function == "inject"
-        and not any(listing.sessions for listing in list_sessions(session.client, session.job_id))
+        and not any(listing.sessions for listing in listings())
     )
 
 

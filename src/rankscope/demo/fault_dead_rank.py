@@ -24,6 +24,7 @@ def inject(worker: Any, step: int) -> None:
 def diagnose(session: DemoSession) -> bool:
     import ray
 
+    from rankscope.runtime.ask import Selection
     from rankscope.runtime.protocol import ProbeState
     from rankscope.status.collect import job_statuses
     from rankscope.status.render import render_status
@@ -41,7 +42,7 @@ def diagnose(session: DemoSession) -> bool:
 
     session.console.print("waiting for the hub to see every rank dead (`rankscope status`)...")
     session.wait_for(all_dead, what="the ranks' deaths")
-    [job] = job_statuses(None, session.job_id)
+    [job] = job_statuses(None, Selection(session.job_id), client=session.client)
     session.console.print(
         render_status(job.job_id, list(job.processes), job.deaths, first_death=job.first_death)
     )

@@ -28,13 +28,15 @@ def inject(worker: Any, step: int) -> None:
 
 
 def diagnose(session: DemoSession) -> bool:
-    from rankscope.alerts.collect import JobAlerts, collect_alerts
+    from rankscope.alerts.collect import collect_alerts
+    from rankscope.alerts.model import JobAlerts
     from rankscope.alerts.render import render_alerts
+    from rankscope.runtime.ask import Selection
 
     found: list[JobAlerts] = []
 
     def burst() -> bool:
-        found[:] = collect_alerts(None, session.job_id)
+        found[:] = collect_alerts(None, Selection(session.job_id))
         return any(a.rule == "error_burst" for j in found for a in j.alerts)
 
     session.console.print("waiting for the error-burst alert (`rankscope alerts`)...")

@@ -28,6 +28,7 @@ def wait_for_rollout_weights(worker: Any, step: int) -> None:
 def diagnose(session: DemoSession) -> bool:
     from rankscope.hang.collect import hang_reports
     from rankscope.hang.render import render_hang
+    from rankscope.runtime.ask import Selection
 
     job_id = session.ranked_probes()[0].context.job_id
     pattern = os.path.join(session.run_dir, job_id, "hang-report-*.json")
@@ -37,7 +38,7 @@ def diagnose(session: DemoSession) -> bool:
     with open(path, encoding="utf-8") as f:
         written = json.load(f)
     session.console.print(f"watchdog: {written['reason']}; report: {path}\n")
-    [report] = hang_reports(None, job_id, 2.0)
+    [report] = hang_reports(None, Selection(job_id), min_wait_s=2.0)
     session.console.print(render_hang(report))
     culprit = f"rank {session.fault_rank} never entered"
     return any(culprit in f["message"] for f in written["report"]["findings"])

@@ -36,6 +36,7 @@ def diagnose(session: DemoSession) -> bool:
     from rankscope.memory import analysis
     from rankscope.memory.collect import collect
     from rankscope.memory.model import MemorySnapshot, RankMemoryReply
+    from rankscope.memory.profile_files import COMMAND, ProfileArtifact
     from rankscope.memory.render import render
     from rankscope.memory.report import ProcessSection, write_report
 
@@ -86,7 +87,7 @@ def diagnose(session: DemoSession) -> bool:
     session.client.write_artifact(
         job_id,
         f"memory-profile-{time.strftime('%Y%m%d-%H%M%S')}.json",
-        to_json("diagnose.memory_profile", {"memory": view, "replies": replies}),
+        to_json(COMMAND, ProfileArtifact(view, tuple(replies))),
     )
     path = write_report(
         os.path.join(session.run_dir, "memory-report.html"),

@@ -12,6 +12,7 @@ STALL_DETECT_S = 2.0
 
 
 def diagnose(session: DemoSession) -> bool:
+    from rankscope.runtime.ask import Selection
     from rankscope.stacks.analysis import summarize
     from rankscope.stacks.collect import stack_reports
     from rankscope.stacks.render import render_stacks
@@ -24,7 +25,7 @@ def diagnose(session: DemoSession) -> bool:
         what="the injected stall",
     )
     session.console.print(f"no rank has made progress for {STALL_DETECT_S:g}s; taking stacks...\n")
-    report = stack_reports(None, session.job_id, None, 2.0, client=session.client)[0]
+    report = stack_reports(None, Selection(session.job_id), client=session.client)[0]
     session.console.print(render_stacks(report))
     verdict = summarize(report) or ""
     return f"rank {session.fault_rank} is elsewhere: load_batch" in verdict

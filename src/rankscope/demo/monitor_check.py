@@ -33,9 +33,10 @@ def health(session: DemoSession) -> tuple[Finding, ...]:
 
     from rankscope.monitor.collect import job_health
     from rankscope.monitor.render import render_health
+    from rankscope.runtime.ask import Selection
 
     ray.get(session.runs)
     session.console.print(f"trained {session.steps} steps; `rankscope monitor`:\n")
-    [job] = job_health(None, session.job_id)
+    [job] = job_health(None, Selection(session.job_id))
     session.console.print(render_health(job))
     return job.findings

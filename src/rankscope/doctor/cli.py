@@ -11,17 +11,13 @@ import test follow it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Protocol
+from typing import Annotated, Protocol
 
 import typer
 from rich.console import Console
 
 from rankscope.cli.common import Address, ExitCode, Job, Json, handle_errors, out, over_zero
 from rankscope.errors import UserError
-
-if TYPE_CHECKING:
-    from rankscope.doctor.collect import JobEnvironment
-    from rankscope.runtime.client import HubClient
 
 app = typer.Typer()
 
@@ -65,7 +61,7 @@ def diagnose(
 def _check(mode: str | None, check_debug_ports: bool) -> Check:
     """The check asked for: debug ports, a `--mode`, else every rank's environment."""
     if check_debug_ports:
-        from rankscope.debug.ports import check_debug_ports as debug_ports
+        from rankscope.debug.diagnose import check_debug_ports as debug_ports
 
         return debug_ports
     if mode == "memory_profile":
@@ -78,48 +74,19 @@ def _check(mode: str | None, check_debug_ports: bool) -> Check:
 def check_environment(address: str | None, job: str | None, as_json: bool, console: Console) -> int:
     """Every rank's environment, and what differs between them; exit 1 on a difference."""
     from rankscope.cli.output import to_json
-    from rankscope.doctor.collect import job_environments
+    from rankscope.doctor.collect import diagnose_environments
     from rankscope.doctor.render import render_environment
-    from rankscope.runtime.client import HubClient
+    from rankscope.runtime.ask import Selection
 
-    client = HubClient.attach(address)
-    results = job_environments(address, job, client=client)
-    saved = _save_in_run_dirs(client, results)
+    diagnosis = diagnose_environments(address, Selection(job))
     if as_json:
-        data = {
-            r.job_id: {"processes": r.processes, "findings": r.findings, "unanswered": r.unanswered}
-            for r in results
-        }
-        console.print_json(to_json("diagnose", data))
+        console.print_json(to_json("diagnose", diagnosis))
     else:
-        for r in results:
+        for r in diagnosis.jobs:
             console.print(render_environment(r))
-        for path in saved:
+        for path in diagnosis.saved:
             console.print(f"[dim]saved for `rankscope report` in {path}[/dim]")
-    return ExitCode.FINDING if any(r.findings for r in results) else ExitCode.OK
-
-
-SAVED_NAME = "diagnose.json"
-"""Each job's latest `diagnose` in its run directory (the report's environment section reads it
-after the job ended); one file per job, replaced each time."""
-
-
-def _save_in_run_dirs(client: HubClient, results: list[JobEnvironment]) -> list[str]:
-    """`diagnose --json`'s output of each job with processes, written through the hub into the
-    job's run directory; a failure costs the copy only (the command's answer stands)."""
-    from rankscope.cli.output import to_json
-
-    paths = []
-    for r in results:
-        if not r.processes:
-            continue
-        data = {r.job_id: {"processes": r.processes, "findings": r.findings,
-                           "unanswered": r.unanswered}}  # fmt: skip
-        try:
-            paths.append(client.write_artifact(r.job_id, SAVED_NAME, to_json("diagnose", data)))
-        except Exception:  # a full disk or a busy hub: the check's result is what matters
-            continue
-    return paths
+    return ExitCode.FINDING if any(r.findings for r in diagnosis.jobs) else ExitCode.OK
 
 
 @app.command()

@@ -2,45 +2,59 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rankscope.doctor.analysis import compare_environments, ordered
-from rankscope.doctor.model import EnvironmentFacts, EnvironmentFinding, ProcessFacts
+from rankscope.doctor.model import (
+    EnvironmentDiagnosis,
+    EnvironmentFacts,
+    JobEnvironment,
+    ProcessFacts,
+)
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.protocol import ProbeStatus
 
-__all__ = ["JobEnvironment", "job_environments"]
+__all__ = ["SAVED_NAME", "diagnose_environments", "job_environments"]
 
-DEADLINE_S = 5.0
-
-
-@dataclass(frozen=True)
-class JobEnvironment:
-    """One job's environments (ranks first, then processes without a rank), what differs
-    between the ranks, and who did not answer."""
-
-    job_id: str
-    processes: list[ProcessFacts]
-    findings: list[EnvironmentFinding]
-    unanswered: list[str]
+SAVED_NAME = "diagnose.json"
+"""Each job's latest `diagnose` in its run directory (the report's environment section reads it
+after the job ended); one file per job, replaced each time."""
 
 
 def job_environments(
-    address: str | None, job: str | None, *, client: HubClient | None = None
+    address: str | None, selection: Selection, *, client: HubClient | None = None
 ) -> list[JobEnvironment]:
     """Each job's processes' facts, compared; `client` reuses a caller's attached hub."""
     client = client or HubClient.attach(address)
     results = []
-    for job_id, probes in client.jobs(job).items():
-        live = [p for p in probes if p.state != ProbeState.DEAD]
-        answer = client.fan_out("environment", live, deadline_s=DEADLINE_S)
-        by_id = {p.info.probe_id: p for p in live}
-        processes = ordered(
-            [_process_facts(by_id[r.probe_id], r.payload) for r in answer.replies if r.ok]
+    for job_id, probes in select(client, selection).items():
+        answers = ask_one(client, probes, Command("environment"), deadlines.ENVIRONMENT_S)
+        processes = ordered([_process_facts(p, reply.payload) for p, reply in answers.answered])
+        silent = [p.context.label for p in answers.silent]
+        failed = [f"{p.context.label} ({error})" for p, error in answers.failed]
+        results.append(
+            JobEnvironment(job_id, processes, compare_environments(processes), silent + failed)
         )
-        silent = [p.context.label for p in answer.missing]
-        results.append(JobEnvironment(job_id, processes, compare_environments(processes), silent))
     return results
+
+
+def diagnose_environments(address: str | None, selection: Selection) -> EnvironmentDiagnosis:
+    """`rankscope diagnose`: every job's environments, each job's also saved in its run
+    directory through the hub; a failure to save costs the copy only."""
+    from rankscope.cli.output import to_json
+
+    client = HubClient.attach(address)
+    jobs = tuple(job_environments(address, selection, client=client))
+    saved = []
+    for job in jobs:
+        if not job.processes:
+            continue
+        text = to_json("diagnose", EnvironmentDiagnosis((job,)))
+        try:
+            saved.append(client.write_artifact(job.job_id, SAVED_NAME, text))
+        except Exception:  # a full disk or a busy hub: the check's result is what matters
+            continue
+    return EnvironmentDiagnosis(jobs, tuple(saved))
 
 
 def _process_facts(probe: ProbeStatus, facts: EnvironmentFacts) -> ProcessFacts:

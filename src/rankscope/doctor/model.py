@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["EnvironmentFacts", "EnvironmentFinding", "ProcessFacts"]
+from rankscope.serialize import by_job
+
+__all__ = [
+    "EnvironmentDiagnosis",
+    "EnvironmentFacts",
+    "EnvironmentFinding",
+    "JobEnvironment",
+    "ProcessFacts",
+]
 
 
 @dataclass(frozen=True)
@@ -43,3 +52,26 @@ class EnvironmentFinding:
     odd_ones: tuple[str, ...]
     group: str | None = None
     """The group of ranks compared, when the finding is about one (None for /dev/shm)."""
+
+
+@dataclass(frozen=True)
+class JobEnvironment:
+    """One job's environments (ranks first, then processes without a rank), what differs
+    between the ranks, and who did not answer."""
+
+    job_id: str
+    processes: list[ProcessFacts]
+    findings: list[EnvironmentFinding]
+    unanswered: list[str]
+
+
+@dataclass(frozen=True)
+class EnvironmentDiagnosis:
+    """`rankscope diagnose`: every selected job's environments; its JSON is keyed by job id."""
+
+    jobs: tuple[JobEnvironment, ...]
+    saved: tuple[str, ...] = field(default=(), metadata={"json": False})
+    """Where each job's copy went in its run directory (for `rankscope report`)."""
+
+    def json_data(self) -> dict[str, Any]:
+        return by_job(self.jobs)

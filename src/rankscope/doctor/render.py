@@ -6,7 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rankscope.doctor.analysis import rank_groups
-from rankscope.doctor.collect import JobEnvironment
+from rankscope.doctor.model import JobEnvironment
 from rankscope.ranks import format_ranks
 
 __all__ = ["render_environment"]

@@ -27,10 +27,11 @@ def events(
     from rankscope.cli.output import to_json
     from rankscope.events.collect import job_events
     from rankscope.events.render import render_events
+    from rankscope.runtime.ask import Selection
 
-    results = job_events(address, job, kind or None, limit)
+    results = job_events(address, Selection(job), kinds=kind or None, limit=limit)
     if as_json:
         out.print_json(to_json("events", results))
         return
-    for job_id, found in results.items():
-        out.print(render_events(job_id, found))
+    for found in results.jobs:
+        out.print(render_events(found.job_id, list(found.events)))

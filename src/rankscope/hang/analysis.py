@@ -8,34 +8,27 @@ collective is #1042; rank 3 is in load_batch data.py:41".
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 
-from rankscope.hang.model import CallState, CollectiveRecord, Death, DeathKind
+from rankscope.hang.model import (
+    CallState,
+    CollectiveRecord,
+    Death,
+    DeathKind,
+    FindingKind,
+    GroupState,
+    HangFinding,
+    HangReport,
+)
 from rankscope.ranks import format_ranks
 
 STARTED = CallState.STARTED
 FAILED = CallState.FAILED
 DEFAULT_MIN_WAIT_S = 5.0
 """A collective running for less than this is not (yet) called a hang."""
-
-
-class FindingKind(str, enum.Enum):
-    HANG = "hang"
-    """Some members of a group wait in a collective that others never entered."""
-    MISMATCH = "mismatch"
-    """At one sequence number, ranks called different ops, shapes or dtypes."""
-    CROSS_GROUP = "cross_group_deadlock"
-    """Ranks wait in different groups' collectives, each waiting for the other."""
-    FAILED = "failed"
-    """Members of a group failed in a collective: the backend raised (a peer went away)."""
-    DEAD = "dead"
-    """A registered rank's process is gone."""
-    FIRST_DEATH = "first_death"
-    """Several ranks died: which one died first, and how the others followed."""
 
 
 @dataclass(frozen=True)
@@ -56,44 +49,6 @@ class RankEvidence:
     """When Ray saw it end; None when unknown (then `last_seen` orders the deaths)."""
     paused: bool = False
     """Its level was switched live to `off`: its records stop where it was switched."""
-
-
-@dataclass(frozen=True)
-class HangFinding:
-    kind: FindingKind
-    message: str
-    group: str | None = None
-    ranks: tuple[int, ...] = ()
-    """The ranks to look at: the ones that did not come, the odd ones, the dead."""
-    seq: int | None = None
-
-
-@dataclass(frozen=True)
-class GroupState:
-    """One line per group: who is where, for the healthy case too."""
-
-    group: str
-    ranks: tuple[int, ...]
-    last_seq: int
-    waiting: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class HangReport:
-    job_id: str
-    generated_at: float
-    findings: tuple[HangFinding, ...]
-    groups: tuple[GroupState, ...]
-    missing_ranks: tuple[int, ...] = field(default=())
-    """Ranks named by a group that sent no evidence (no probe, or it did not answer)."""
-    group: str | None = None
-    """The group these ranks form, when the job has several (verl's worker groups)."""
-    paused_ranks: tuple[int, ...] = ()
-    """Ranks at level `off` (switched live): they record no collectives meanwhile."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
 
 
 def analyze_hang(

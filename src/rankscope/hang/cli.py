@@ -44,9 +44,10 @@ def hang(
     from rankscope.cli.output import to_json
     from rankscope.hang.collect import hang_reports
     from rankscope.hang.render import render_hang
+    from rankscope.runtime.ask import Selection
 
     with gc_paused():  # thousands of ranks' answers
-        reports = hang_reports(address, job, min_wait, group)
+        reports = hang_reports(address, Selection(job, group), min_wait_s=min_wait)
     if as_json:
         out.print_json(to_json("hang", reports))
     else:

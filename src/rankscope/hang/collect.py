@@ -6,18 +6,18 @@ import dataclasses
 import time
 from collections.abc import Collection
 
-from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, HangReport, RankEvidence, analyze_hang
+from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, RankEvidence, analyze_hang
 from rankscope.hang.death import find_deaths
 from rankscope.hang.evidence import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.hang.flight import merge_flight
-from rankscope.hang.model import DeathKind, RecorderSnapshot
+from rankscope.hang.model import DeathKind, HangReport, RecorderSnapshot
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Answers, Command, Selection, ask, select
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import FanOutResult, ProbeState, ProbeStatus
-from rankscope.runtime.selection import by_group, filter_jobs_by_group
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
+from rankscope.runtime.selection import by_group
 from rankscope.stacks.collect import children_stacks, pyspy_all, unanswered
 from rankscope.stacks.model import active_thread, headline
-
-DEADLINE_S = 2.0
 
 
 def hang_report(
@@ -26,7 +26,7 @@ def hang_report(
     probes: list[ProbeStatus],
     *,
     min_wait_s: float = DEFAULT_MIN_WAIT_S,
-    deadline_s: float = DEADLINE_S,
+    deadline_s: float = deadlines.HANG_S,
     group: str | None = None,
 ) -> HangReport:
     """Ask every ranked probe for its recorder and where it is; use last words for the silent.
@@ -39,13 +39,15 @@ def hang_report(
     window = {"per_group": WINDOW_PER_GROUP} if len(live) > INLINE_RANKS else None
     snapshots: dict[str, RecorderSnapshot] = {}
     where: dict[str, str] = {}
-    if live:
-        with client.together():  # recorders, whereabouts and child processes in one round trip
-            asked = client.start_fan_out("collectives", live, args=window, deadline_s=deadline_s)
-            located = client.start_fan_out("where", live, deadline_s=deadline_s)
-            kids = client.start_fan_out("children", live, deadline_s=deadline_s)
-        snapshots = {r.probe_id: r.payload for r in asked().replies if r.ok}
-        where = whereabouts(located(), kids(), live, deadline_s)
+    if live:  # recorders, whereabouts and child processes in one round trip
+        recorders, located, kids = ask(
+            client,
+            live,
+            [Command("collectives", window), Command("where"), Command("children")],
+            deadline_s,
+        )
+        snapshots = recorders.payloads()
+        where = whereabouts(located, kids)
     refreshed = _with_last_summaries(client, job_id, ranked, answered=snapshots)
     dead = [p for p in ranked if p.state == ProbeState.DEAD]
     deaths = find_deaths(dead) if dead else {}
@@ -76,14 +78,12 @@ def hang_report(
     return dataclasses.replace(analyze_hang(job_id, evidence, time.time(), min_wait_s), group=group)
 
 
-def whereabouts(
-    located: FanOutResult, kids: FanOutResult, live: list[ProbeStatus], deadline_s: float
-) -> dict[str, str]:
+def whereabouts(located: Answers, kids: Answers) -> dict[str, str]:
     """Where each rank is, by probe id: its own answer, else py-spy's; then where the child
     processes it started are (an engine's whereabouts say what the rank waits for)."""
-    by_id = {p.info.probe_id: p for p in live}
-    where = {r.probe_id: r.payload for r in located.replies if r.ok and r.payload}
-    for s in [*pyspy_all(unanswered(located, by_id, deadline_s)), *children_stacks(kids, by_id)]:
+    by_id = {p.info.probe_id: p for p in located.asked}
+    where = {pid: payload for pid, payload in located.payloads().items() if payload}
+    for s in [*pyspy_all(unanswered(located)), *children_stacks(kids, by_id)]:
         thread = active_thread(s.threads)
         if thread is None:
             continue
@@ -149,14 +149,18 @@ def _with_last_summaries(
 
 
 def hang_reports(
-    address: str | None, job: str | None, min_wait_s: float, group: str | None = None
+    address: str | None,
+    selection: Selection,
+    *,
+    min_wait_s: float = DEFAULT_MIN_WAIT_S,
+    client: HubClient | None = None,
 ) -> list[HangReport]:
     """`rankscope hang`: one report per selected job, or per group when a job has several."""
-    client = HubClient.attach(address)
+    client = client or HubClient.attach(address)
     reports = []
-    for job_id, probes in filter_jobs_by_group(client.jobs(job, summaries=[]), group).items():
+    for job_id, probes in select(client, selection, summaries=[]).items():
         groups = by_group(probes)
         for name, members in groups.items():
-            label = name if len(groups) > 1 or group is not None else None
+            label = name if len(groups) > 1 or selection.group is not None else None
             reports.append(hang_report(client, job_id, members, min_wait_s=min_wait_s, group=label))
     return reports

@@ -30,8 +30,8 @@ from rankscope.alerts.judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.alerts.model import Alert
 from rankscope.alerts.rules import publish
 from rankscope.context import get_context
-from rankscope.hang.analysis import FindingKind, RankEvidence, analyze_hang
-from rankscope.hang.model import RecorderSnapshot
+from rankscope.hang.analysis import RankEvidence, analyze_hang
+from rankscope.hang.model import FindingKind, RecorderSnapshot
 from rankscope.hang.motion import SLOW_LIMIT_S, Mark, mark_of, what_moved
 from rankscope.hang.recorder import failure_listeners, oldest_call_start
 from rankscope.runtime.protocol import ProbeState, ProbeStatus

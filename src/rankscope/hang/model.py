@@ -1,4 +1,5 @@
-"""Records of collective calls, as the recorder keeps them and the analysis reads them."""
+"""Records of collective calls, as the recorder keeps them and the analysis reads them, and
+the report `rankscope hang` prints (`HangReport`, also its `--json`)."""
 
 from __future__ import annotations
 
@@ -167,3 +168,56 @@ def new_record(
         state=state, caller=caller, p2p=p2p, error=error, source="",
     )  # fmt: skip
     return record
+
+
+class FindingKind(str, enum.Enum):
+    HANG = "hang"
+    """Some members of a group wait in a collective that others never entered."""
+    MISMATCH = "mismatch"
+    """At one sequence number, ranks called different ops, shapes or dtypes."""
+    CROSS_GROUP = "cross_group_deadlock"
+    """Ranks wait in different groups' collectives, each waiting for the other."""
+    FAILED = "failed"
+    """Members of a group failed in a collective: the backend raised (a peer went away)."""
+    DEAD = "dead"
+    """A registered rank's process is gone."""
+    FIRST_DEATH = "first_death"
+    """Several ranks died: which one died first, and how the others followed."""
+
+
+@dataclass(frozen=True)
+class HangFinding:
+    kind: FindingKind
+    message: str
+    group: str | None = None
+    ranks: tuple[int, ...] = ()
+    """The ranks to look at: the ones that did not come, the odd ones, the dead."""
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """One line per group: who is where, for the healthy case too."""
+
+    group: str
+    ranks: tuple[int, ...]
+    last_seq: int
+    waiting: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HangReport:
+    job_id: str
+    generated_at: float
+    findings: tuple[HangFinding, ...]
+    groups: tuple[GroupState, ...]
+    missing_ranks: tuple[int, ...] = field(default=())
+    """Ranks named by a group that sent no evidence (no probe, or it did not answer)."""
+    group: str | None = None
+    """The group these ranks form, when the job has several (verl's worker groups)."""
+    paused_ranks: tuple[int, ...] = ()
+    """Ranks at level `off` (switched live): they record no collectives meanwhile."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from rankscope.hang.analysis import HangReport
+from rankscope.hang.model import HangReport
 from rankscope.ranks import format_ranks
 
 __all__ = ["render_hang"]

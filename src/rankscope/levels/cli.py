@@ -38,7 +38,7 @@ def level(
     from rankscope.levels.collect import switch_levels
     from rankscope.levels.render import render_levels
     from rankscope.logs.analysis import parse_duration
-    from rankscope.ranks import parse_rank_spec
+    from rankscope.runtime.ask import Selection
 
     chosen = parse_level(new_level, what="level") if new_level is not None else None
     sample = parse_sample_every(sample_every) if sample_every is not None else None
@@ -47,8 +47,8 @@ def level(
         raise UserError(
             "--for needs a LEVEL or --sample-every to switch, e.g. `rankscope level full --for 10m`"
         )
-    rank_set = parse_rank_spec(ranks) if ranks is not None else None
-    rows = switch_levels(address, job, group, rank_set, chosen, for_s, sample)
+    selection = Selection(job, group, ranks)
+    rows = switch_levels(address, selection, level=chosen, for_s=for_s, sample_every=sample)
     if not rows:
         raise UserError("no live process matches (check --ranks, --group and --job)")
     if as_json:

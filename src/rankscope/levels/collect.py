@@ -2,53 +2,43 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from rankscope.level import LevelState
+from rankscope.levels.model import RankLevel
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
-from rankscope.runtime.selection import filter_jobs_by_group, filter_ranks
 
-__all__ = ["RankLevel", "switch_levels"]
+__all__ = ["switch_levels"]
 
-
-@dataclass(frozen=True)
-class RankLevel:
-    """One process's level after the command, or why it did not answer."""
-
-    job_id: str
-    who: str
-    rank: int | None
-    pid: int
-    state: LevelState | None
-    error: str = ""
+NO_ANSWER = "did not answer"
 
 
 def switch_levels(
     address: str | None,
-    job: str | None,
-    group: str | None,
-    ranks: frozenset[int] | None,
-    level: str | None,
-    for_s: float | None,
+    selection: Selection,
+    *,
+    level: str | None = None,
+    for_s: float | None = None,
     sample_every: int | None = None,
 ) -> list[RankLevel]:
-    """Each selected process's level (switched first when `level` or `sample_every` is given)."""
+    """Each selected live process's level (switched first when `level` or `sample_every` is
+    given)."""
     client = HubClient.attach(address)
     args: dict[str, object] = {}
     if level or sample_every is not None:
         args = {"level": level, "for_s": for_s, "sample_every": sample_every}
     rows: list[RankLevel] = []
-    for job_id, probes in filter_jobs_by_group(client.jobs(job), group).items():
-        chosen = [p for p in filter_ranks(probes, ranks) if p.state != ProbeState.DEAD]
+    for job_id, probes in select(client, selection).items():
+        chosen = [p for p in probes if p.state != ProbeState.DEAD]
         if not chosen:
             continue
-        result = client.fan_out("level", chosen, args=args)
-        by_id = {r.probe_id: r for r in result.replies}
+        answers = ask_one(client, chosen, Command("level", args), deadlines.HUB_DEFAULT)
+        states = answers.payloads()
+        errors = dict((p.info.probe_id, why) for p, why in answers.unanswered(silent=NO_ANSWER))
         for p in chosen:
-            reply = by_id.get(p.info.probe_id)
-            state = reply.payload if reply is not None and reply.ok else None
-            error = "did not answer" if reply is None else reply.error
+            pid = p.info.probe_id
+            state = states.get(pid)
+            error = "" if pid in states else errors.get(pid, NO_ANSWER)
             rows.append(
                 RankLevel(job_id, p.context.label, p.context.rank, p.context.pid, state, error)
             )

@@ -6,7 +6,7 @@ import time
 
 from rich.table import Table
 
-from rankscope.levels.collect import RankLevel
+from rankscope.levels.model import RankLevel
 
 __all__ = ["render_levels"]
 

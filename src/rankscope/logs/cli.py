@@ -46,8 +46,9 @@ def logs(
     from rankscope.cli.output import to_json
     from rankscope.logs.collect import collect_logs
     from rankscope.logs.render import render_logs
+    from rankscope.runtime.ask import Selection
 
-    results = collect_logs(address, job, log_filter, raw=raw)
+    results = collect_logs(address, Selection(job), log_filter, raw=raw)
     if as_json:
         out.print_json(to_json("logs", results))
         return

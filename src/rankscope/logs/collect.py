@@ -3,15 +3,14 @@ merged in time order and folded across ranks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rankscope.logs.analysis import LogFilter, fold_partials, merge_folds, merge_lines
 from rankscope.logs.gone import gone_node_logs
-from rankscope.logs.model import FoldedLine, LogLine, NodeLogs
+from rankscope.logs.model import JobLogs, LogLine, NodeLogs
+from rankscope.runtime.ask import Selection, select
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeStatus
 
-__all__ = ["JobLogs", "collect_logs", "read_job_logs", "read_new_lines"]
+__all__ = ["collect_logs", "read_job_logs", "read_new_lines"]
 
 MAX_LINES_PER_NODE = 1_000_000
 MAX_FOLDS_PER_NODE = 100_000
@@ -20,29 +19,14 @@ well makes one a line, so fewer of them."""
 NODE_READ_TIMEOUT_S = 60.0
 
 
-@dataclass(frozen=True)
-class JobLogs:
-    """What `rankscope logs` shows for one job: folded lines, or every line with `--raw`."""
-
-    job_id: str
-    folds: tuple[FoldedLine, ...]
-    lines: tuple[LogLine, ...]
-    files: int
-    skipped: int
-    """Lines left out on some node because more than the bound matched (the oldest)."""
-    errors: tuple[str, ...]
-    notes: tuple[str, ...] = ()
-    """One per node that is gone: its ranks' lines come from the hub's last log summaries."""
-
-
 def collect_logs(
-    address: str | None, job: str | None, log_filter: LogFilter, *, raw: bool
+    address: str | None, selection: Selection, log_filter: LogFilter, *, raw: bool
 ) -> list[JobLogs]:
-    """Every selected job's logs, read on their nodes."""
+    """Every selected job's logs, read on their nodes (`log_filter` picks the ranks)."""
     client = HubClient.attach(address)
     return [
         read_job_logs(job_id, probes, log_filter, raw=raw)
-        for job_id, probes in client.jobs(job).items()
+        for job_id, probes in select(client, selection).items()
     ]
 
 

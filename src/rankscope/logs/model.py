@@ -7,7 +7,7 @@ import operator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["FoldedLine", "LogLine", "NodeLogs", "PartialFold", "TemplateStat"]
+__all__ = ["FoldedLine", "JobLogs", "LogLine", "NodeLogs", "PartialFold", "TemplateStat"]
 
 LEVEL_NUMBERS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
 """The stdlib's level numbers by name; stdout/stderr lines of Ray's files have no level."""
@@ -128,3 +128,18 @@ class NodeLogs:
     """Each file read (by device and inode) -> the bytes read up to (`--follow` reads on)."""
     folds: tuple[PartialFold, ...] = ()
     """Read with `fold=True`: the lines folded per file instead of `lines`."""
+
+
+@dataclass(frozen=True)
+class JobLogs:
+    """What `rankscope logs` shows for one job: folded lines, or every line with `--raw`."""
+
+    job_id: str
+    folds: tuple[FoldedLine, ...]
+    lines: tuple[LogLine, ...]
+    files: int
+    skipped: int
+    """Lines left out on some node because more than the bound matched (the oldest)."""
+    errors: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    """One per node that is gone: its ranks' lines come from the hub's last log summaries."""

@@ -6,8 +6,7 @@ import time
 
 from rich.text import Text
 
-from rankscope.logs.collect import JobLogs
-from rankscope.logs.model import FoldedLine, LogLine
+from rankscope.logs.model import FoldedLine, JobLogs, LogLine
 
 __all__ = ["fold_text", "line_text", "render_logs"]
 

@@ -6,23 +6,21 @@ The CLI side of the view (`analysis/gpus.py` is the pure grouping, `gpus.py` the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from rankscope.context import RankContext
 from rankscope.memory.analysis.gpus import GpuProcess, GpuShare, group_by_gpu
 from rankscope.memory.model import GpuTenancy
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Answers, Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_jobs_by_group
 from rankscope.units import human_bytes
 
 __all__ = ["JobGpus", "collect_by_gpu", "render_by_gpu"]
-
-DEADLINE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -39,49 +37,37 @@ class JobGpus:
 
 
 def collect_by_gpu(
-    address: str | None,
-    job: str | None,
-    group: str | None = None,
-    *,
-    client: HubClient | None = None,
+    address: str | None, selection: Selection, *, client: HubClient | None = None
 ) -> list[JobGpus]:
     """Each job's processes by physical GPU; `client` reuses a caller's attached hub."""
     client = client or HubClient.attach(address)
+    tenancy = Command("gpus", expect=GpuTenancy)
     return [
-        _job(client, job_id, probes)
-        for job_id, probes in filter_jobs_by_group(client.jobs(job), group).items()
+        _job(job_id, ask_one(client, probes, tenancy, deadlines.GPUS_S))
+        for job_id, probes in select(client, selection).items()
     ]
 
 
-def _job(client: HubClient, job_id: str, probes: Sequence[ProbeStatus]) -> JobGpus:
-    live = [p for p in probes if p.state != ProbeState.DEAD]
-    result = client.fan_out("gpus", live, deadline_s=DEADLINE_S) if live else None
-    by_id = {p.info.probe_id: p for p in live}
-    processes, unanswered = [], []
-    for reply in result.replies if result is not None else []:
-        p = by_id[reply.probe_id]
-        if reply.ok and isinstance(reply.payload, GpuTenancy):
-            ctx = p.context
-            processes.append(
-                GpuProcess(
-                    ctx.label,
-                    ctx.node_id,
-                    ctx.node_ip or ctx.hostname,
-                    ctx.pid,
-                    reply.payload,
-                    ctx.rank,
-                    ctx.group,
-                    ctx.actor_class,
-                )
-            )
-        else:
-            unanswered.append(f"{p.context.label}: {reply.error or 'unexpected reply'}")
-    if result is not None:
-        unanswered += [f"{p.context.label}: no answer" for p in result.missing]
+def _job(job_id: str, answers: Answers) -> JobGpus:
+    processes = [_gpu_process(p.context, reply.payload) for p, reply in answers.answered]
+    unanswered = [f"{p.context.label}: {why}" for p, why in answers.unanswered(silent="no answer")]
     gpus = group_by_gpu(processes)
     on_gpu = {t.pid for g in gpus for t in g.tenants}
     without = [p.label for p in processes if p.pid not in on_gpu]
     return JobGpus(job_id, gpus, without, unanswered)
+
+
+def _gpu_process(ctx: RankContext, tenancy: GpuTenancy) -> GpuProcess:
+    return GpuProcess(
+        ctx.label,
+        ctx.node_id,
+        ctx.node_ip or ctx.hostname,
+        ctx.pid,
+        tenancy,
+        ctx.rank,
+        ctx.group,
+        ctx.actor_class,
+    )
 
 
 def render_by_gpu(view: JobGpus) -> RenderableType:

@@ -62,9 +62,11 @@ def run_memory(
     from rankscope.cli.output import to_json
     from rankscope.memory.collect import cluster_memory, watch_views
     from rankscope.memory.render import render
+    from rankscope.runtime.ask import Selection
 
+    chosen = Selection(job, group)
     if not watch:
-        views = cluster_memory(address, job, group=group)
+        views = cluster_memory(address, chosen)
         if as_json:
             console.print_json(to_json("memory", [v.view for v in views]))
         else:
@@ -74,9 +76,8 @@ def run_memory(
     if as_json:
         last = watch_views(
             address,
-            job,
+            chosen,
             interval_s=WATCH_INTERVAL_S,
-            group=group,
             show=lambda views: console.print(
                 to_json("memory", [v.view for v in views]), soft_wrap=True
             ),
@@ -85,9 +86,8 @@ def run_memory(
     with Live(console=console, auto_refresh=False) as live:
         last = watch_views(
             address,
-            job,
+            chosen,
             interval_s=WATCH_INTERVAL_S,
-            group=group,
             show=lambda views: live.update(
                 Renderables(*(render(v.view) for v in views)), refresh=True
             ),
@@ -101,8 +101,9 @@ def run_by_gpu(
     """Exit code 1 when a GPU is over-subscribed or its co-tenants pass the threshold."""
     from rankscope.cli.output import to_json
     from rankscope.memory.by_gpu import collect_by_gpu, render_by_gpu
+    from rankscope.runtime.ask import Selection
 
-    views = collect_by_gpu(address, job, group)
+    views = collect_by_gpu(address, Selection(job, group))
     if as_json:
         console.print_json(to_json("memory.by_gpu", views))
     else:

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 from rankscope.memory import analysis
 from rankscope.memory.model import MemorySnapshot, RankMemoryReply
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_jobs_by_group
+from rankscope.runtime.protocol import ProbeStatus
 
-DEFAULT_DEADLINE_S = 3.0
+NO_ANSWER = "no answer within {deadline}s"
 WATCH_HISTORY = 600
 """Snapshots per rank kept by `--watch` for its own trend test."""
 
@@ -28,40 +29,24 @@ class JobMemory:
     probes: tuple[ProbeStatus, ...]
 
 
-def jobs(
-    client: HubClient, job: str | None, group: str | None = None
-) -> dict[str, list[ProbeStatus]]:
-    return filter_jobs_by_group(client.jobs(job), group)
-
-
 def collect(
     client: HubClient,
     job_id: str,
     probes: Sequence[ProbeStatus],
     *,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float = deadlines.MEMORY_S,
     history: bool = False,
     points: int | None = None,
     watched: dict[str, list[MemorySnapshot]] | None = None,
     thresholds: analysis.MemoryThresholds | None = None,
 ) -> JobMemory:
     """Every rank's memory now; `watched` (by probe id) adds the caller's own history."""
-    live = [p for p in probes if p.state != ProbeState.DEAD]
-    replies: dict[str, RankMemoryReply] = {}
-    errors: dict[str, str] = {}
-    if live:
-        args = {"history": history, **({"points": points} if points else {})}
-        result = client.fan_out("memory", live, args=args, deadline_s=deadline_s)
-        for reply in result.replies:
-            if reply.ok and isinstance(reply.payload, RankMemoryReply):
-                replies[reply.probe_id] = _with_trend_leaks(reply.payload)
-            else:
-                errors[reply.probe_id] = reply.error or "unexpected reply"
-        for p in result.missing:
-            errors[p.info.probe_id] = f"no answer within {deadline_s:g}s"
-    for p in probes:
-        if p.state == ProbeState.DEAD:
-            errors[p.info.probe_id] = "process is dead"
+    args = {"history": history, **({"points": points} if points else {})}
+    command = Command("memory", args, expect=RankMemoryReply)
+    answers = ask_one(client, probes, command, deadline_s)
+    replies = {pid: _with_trend_leaks(r) for pid, r in answers.payloads().items()}
+    errors = {p.info.probe_id: why for p, why in answers.unanswered(silent=NO_ANSWER)}
+    errors.update((p.info.probe_id, "process is dead") for p in answers.dead)
     rows = []
     for p in probes:
         pid = p.info.probe_id
@@ -94,29 +79,28 @@ def collect(
 
 def cluster_memory(
     address: str | None,
-    job: str | None,
+    selection: Selection,
     *,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float = deadlines.MEMORY_S,
     history: bool = False,
     client: HubClient | None = None,
     watched: dict[str, list[MemorySnapshot]] | None = None,
-    group: str | None = None,
 ) -> list[JobMemory]:
+    """`rankscope memory`: every selected job's ranks' memory now, and the verdicts."""
     client = client or HubClient.attach(address)
     return [
         collect(client, job_id, probes, deadline_s=deadline_s, history=history, watched=watched)
-        for job_id, probes in jobs(client, job, group).items()
+        for job_id, probes in select(client, selection).items()
     ]
 
 
 def watch_views(
     address: str | None,
-    job: str | None,
+    selection: Selection,
     *,
     interval_s: float,
     show: Callable[[list[JobMemory]], None],
     rounds: int | None = None,
-    group: str | None = None,
 ) -> list[JobMemory]:
     """Refresh every `interval_s` until interrupted (or `rounds` times); returns the last view."""
     client = HubClient.attach(address)
@@ -126,7 +110,7 @@ def watch_views(
     try:
         while rounds is None or done < rounds:
             started = time.monotonic()
-            last = cluster_memory(address, job, client=client, watched=watched, group=group)
+            last = cluster_memory(address, selection, client=client, watched=watched)
             show(last)
             done += 1
             time.sleep(max(0.0, interval_s - (time.monotonic() - started)))

@@ -25,8 +25,9 @@ def monitor(
     from rankscope.cli.output import to_json
     from rankscope.monitor.collect import job_health
     from rankscope.monitor.render import render_health
+    from rankscope.runtime.ask import Selection
 
-    jobs = job_health(address, job, group)
+    jobs = job_health(address, Selection(job, group))
     if as_json:
         out.print_json(to_json("monitor", jobs))
     else:
@@ -48,13 +49,13 @@ def top(
     from rich.live import Live
 
     from rankscope.cli.output import to_json
-    from rankscope.monitor.collect import tops
+    from rankscope.monitor.collect import watch_tops
     from rankscope.monitor.render import render_top
-    from rankscope.runtime.client import HubClient
+    from rankscope.runtime.ask import Selection
 
-    client = HubClient.attach(address)
+    refreshes = watch_tops(address, Selection(job, group))
     if as_json or once:
-        jobs = tops(client, job, group)
+        jobs = next(refreshes)
         if as_json:
             out.print_json(to_json("top", jobs))
         else:
@@ -62,8 +63,8 @@ def top(
         raise typer.Exit(ExitCode.OK)
     try:
         with Live(console=out, auto_refresh=False, screen=False) as live:
-            while True:
-                live.update(render_top(tops(client, job, group)), refresh=True)
+            for jobs in refreshes:
+                live.update(render_top(jobs), refresh=True)
                 if _quit_within(REFRESH_S):
                     break
     except KeyboardInterrupt:

@@ -2,46 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rankscope.alerts.model import Alert
 from rankscope.monitor import analysis
-from rankscope.monitor.model import Finding, FindingKind, MonitorSummary, RankSeries, Thresholds
-from rankscope.monitor.straggler import StragglerScore
-from rankscope.monitor.view import RankInput, RankRow, rank_rows
+from rankscope.monitor.model import (
+    FindingKind,
+    JobHealth,
+    JobTop,
+    MonitorSummary,
+    RankRow,
+    RankSeries,
+    Thresholds,
+)
+from rankscope.monitor.view import RankInput, rank_rows
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Answers, Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_jobs_by_group
+from rankscope.runtime.protocol import ProbeStatus
 
-__all__ = ["JobHealth", "JobTop", "alert_lines", "inputs_of", "job_health", "job_tops"]
-
-DEFAULT_DEADLINE_S = 5.0
-
-
-@dataclass(frozen=True)
-class JobTop:
-    """One job's live rows (`rankscope top`), the worst rank first."""
-
-    job_id: str
-    ranks: tuple[RankRow, ...]
-
-
-@dataclass(frozen=True)
-class JobHealth:
-    """One job's findings over every rank's whole series (`rankscope monitor`)."""
-
-    job_id: str
-    findings: tuple[Finding, ...]
-    ranks: int
-    """Ranks whose series were analysed."""
-    steps: int
-    """The longest series analysed."""
-    missing: tuple[str, ...]
-    """Processes that did not answer, and why."""
-    stragglers: dict[str, tuple[StragglerScore, ...]]
-    """Per group, every rank's straggler score, the worst first."""
+__all__ = [
+    "alert_line_sets",
+    "alert_lines",
+    "inputs_of",
+    "job_health",
+    "job_series",
+    "job_tops",
+    "watch_tops",
+]
 
 
 def _rank(p: ProbeStatus) -> int:
@@ -71,66 +60,80 @@ def inputs_of(probes: Sequence[ProbeStatus]) -> list[RankInput]:
     return out
 
 
-def job_tops(address: str | None, job: str | None, group: str | None = None) -> list[JobTop]:
-    client = HubClient.attach(address)
-    return tops(client, job, group)
-
-
-def tops(client: HubClient, job: str | None, group: str | None = None) -> list[JobTop]:
+def job_tops(
+    address: str | None, selection: Selection, *, client: HubClient | None = None
+) -> list[JobTop]:
     """One refresh of `rankscope top`: one hub call, no rank is asked anything."""
-    jobs = filter_jobs_by_group(client.jobs(job), group)
-    return [JobTop(j, tuple(rank_rows(inputs_of(p)))) for j, p in jobs.items()]
+    client = client or HubClient.attach(address)
+    return [JobTop(j, tuple(rank_rows(inputs_of(p)))) for j, p in select(client, selection).items()]
+
+
+def watch_tops(address: str | None, selection: Selection) -> Iterator[list[JobTop]]:
+    """`rankscope top` live: a fresh `job_tops` each time the caller asks for the next one,
+    through one hub client."""
+    client = HubClient.attach(address)
+    while True:
+        yield job_tops(address, selection, client=client)
 
 
 def job_health(
     address: str | None,
-    job: str | None,
-    group: str | None = None,
+    selection: Selection,
     *,
     thresholds: Thresholds | None = None,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float = deadlines.SERIES_S,
 ) -> list[JobHealth]:
     """Ask every live rank for its series and run every detector over the job."""
-    client = HubClient.attach(address)
     out = []
-    for job_id, probes in filter_jobs_by_group(client.jobs(job), group).items():
-        live = [p for p in probes if p.state != ProbeState.DEAD]
-        series: list[RankSeries] = []
-        missing = [
-            f"{p.context.label} (pid {p.context.pid}): dead" for p in probes if p not in live
+    for job_id, answers in job_series(address, selection, deadline_s=deadline_s).items():
+        missing = [f"{p.context.label} (pid {p.context.pid}): dead" for p in answers.dead]
+        missing += [f"{p.context.label}: {error}" for p, error in answers.failed]
+        missing += [
+            f"{p.context.label} (pid {p.context.pid}): no answer within {deadline_s:g}s"
+            for p in answers.silent
         ]
-        if live:
-            result = client.fan_out("monitor", live, deadline_s=deadline_s)
-            by_id = {p.info.probe_id: p for p in live}
-            for reply in result.replies:
-                if reply.ok and isinstance(reply.payload, RankSeries):
-                    series.append(reply.payload)
-                else:
-                    p = by_id.get(reply.probe_id)
-                    who = p.context.label if p else reply.probe_id
-                    missing.append(f"{who}: {reply.error or 'unexpected reply'}")
-            missing += [
-                f"{p.context.label} (pid {p.context.pid}): no answer within {deadline_s:g}s"
-                for p in result.missing
-            ]
-        series = analysis.analysable(series)
-        findings = analysis.analyze(series, thresholds)
-        groups: dict[str, list[RankSeries]] = {}
-        for s in series:
-            groups.setdefault(s.group, []).append(s)
-        t = thresholds or Thresholds()
-        scores = {g: tuple(analysis.stragglers(m, t.straggler)) for g, m in groups.items()}
-        out.append(
-            JobHealth(
-                job_id,
-                tuple(findings),
-                len(series),
-                max((len(s.samples) for s in series), default=0),
-                tuple(missing),
-                scores,
-            )
-        )
+        series = analysis.analysable([reply.payload for _, reply in answers.answered])
+        out.append(_health(job_id, series, thresholds, tuple(missing)))
     return out
+
+
+def job_series(
+    address: str | None,
+    selection: Selection,
+    *,
+    deadline_s: float = deadlines.SERIES_S,
+    client: HubClient | None = None,
+) -> dict[str, Answers]:
+    """Every selected job's ranks asked for their step series (`RankSeries`), by job."""
+    client = client or HubClient.attach(address)
+    series = Command("monitor", expect=RankSeries)
+    return {
+        job_id: ask_one(client, probes, series, deadline_s)
+        for job_id, probes in select(client, selection).items()
+    }
+
+
+def _health(
+    job_id: str,
+    series: list[RankSeries],
+    thresholds: Thresholds | None,
+    missing: tuple[str, ...],
+) -> JobHealth:
+    """Every detector over one job's series, and each group's straggler scores (pure)."""
+    findings = analysis.analyze(series, thresholds)
+    groups: dict[str, list[RankSeries]] = {}
+    for s in series:
+        groups.setdefault(s.group, []).append(s)
+    t = thresholds or Thresholds()
+    scores = {g: tuple(analysis.stragglers(m, t.straggler)) for g, m in groups.items()}
+    return JobHealth(
+        job_id,
+        tuple(findings),
+        len(series),
+        max((len(s.samples) for s in series), default=0),
+        missing,
+        scores,
+    )
 
 
 def alert_lines(probes: Sequence[ProbeStatus], covered: Sequence[Alert] = ()) -> list[str]:
@@ -139,19 +142,29 @@ def alert_lines(probes: Sequence[ProbeStatus], covered: Sequence[Alert] = ()) ->
     `covered`: alerts status prints anyway (the monitor raises its alerted findings through the
     alerts feature); a line they already say is left out.
     """
+    return alert_line_sets(probes, covered)[1]
+
+
+def alert_line_sets(
+    probes: Sequence[ProbeStatus], covered: Sequence[Alert]
+) -> tuple[list[str], list[str]]:
+    """Every alert line (`--json`), and those `covered` does not already say (the text), from
+    one pass over the ranks' rows (at 4,096 ranks the rows are the cost)."""
     inputs = inputs_of(probes)
     own = {i.pid: set(i.summary.alerts) if i.summary else set() for i in inputs}
     stragglers = {a.rank for a in covered if a.rule == FindingKind.STRAGGLER.value}
     said = [a.message for a in covered]
-    lines = []
+    every, unsaid = [], []
     for r in rank_rows(inputs):
         for a in r.alerts:
+            line = a if a.startswith(f"rank {r.rank} ") else f"{_who(r)}: {a}"
+            every.append(line)
             if a not in own.get(r.pid, ()) and r.rank in stragglers:
                 continue  # the view's straggler line, raised by the group's judge
             if any(a in m for m in said):
                 continue
-            lines.append(a if a.startswith(f"rank {r.rank} ") else f"{_who(r)}: {a}")
-    return lines
+            unsaid.append(line)
+    return every, unsaid
 
 
 def _who(r: RankRow) -> str:

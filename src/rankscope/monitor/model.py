@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from rankscope.hang.model import CollectiveRecord
 from rankscope.monitor.phases import PhaseTime
+from rankscope.monitor.straggler import StragglerScore
 
 
 class FindingKind(str, enum.Enum):
@@ -204,3 +205,66 @@ def nonfinite_text(value: float) -> str:
     if math.isnan(value):
         return "nan"
     return "inf" if value > 0 else "-inf"
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One row of `rankscope top`."""
+
+    rank: int
+    group: str
+    node: str
+    role: str
+    pid: int
+    state: str
+    step: int
+    step_s: float
+    tokens_per_s: float
+    wait_s: float
+    straggler: float
+    """Compute against the group's median rank (1.0 typical)."""
+    last_arrival_share: float
+    loss: float | None
+    grad_norm: float | None
+    device_used: int
+    device_total: int
+    host_used: int
+    host_total: int
+    alerts: tuple[str, ...]
+    cause: bool = False
+    """The group's first rank to go non-finite, or a straggler: a cause the others' alerts
+    (their own NaNs after an all_reduce, their waits) follow from."""
+
+    @property
+    def badness(self) -> tuple[int, int, int, float, float]:
+        return (
+            int(self.state != "alive"),
+            int(self.cause),
+            len(self.alerts),
+            self.straggler,
+            self.last_arrival_share,
+        )
+
+
+@dataclass(frozen=True)
+class JobTop:
+    """One job's live rows (`rankscope top`), the worst rank first."""
+
+    job_id: str
+    ranks: tuple[RankRow, ...]
+
+
+@dataclass(frozen=True)
+class JobHealth:
+    """One job's findings over every rank's whole series (`rankscope monitor`)."""
+
+    job_id: str
+    findings: tuple[Finding, ...]
+    ranks: int
+    """Ranks whose series were analysed."""
+    steps: int
+    """The longest series analysed."""
+    missing: tuple[str, ...]
+    """Processes that did not answer, and why."""
+    stragglers: dict[str, tuple[StragglerScore, ...]]
+    """Per group, every rank's straggler score, the worst first."""

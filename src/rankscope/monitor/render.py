@@ -8,9 +8,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rankscope.monitor.collect import JobHealth, JobTop
 from rankscope.monitor.comm import CommBench
-from rankscope.monitor.view import RankRow
+from rankscope.monitor.model import JobHealth, JobTop, RankRow
 from rankscope.units import human_bytes
 
 __all__ = ["render_comm_bench", "render_health", "render_top"]

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from rankscope.hang.model import CollectiveRecord
 from rankscope.monitor.analysis import first_nonfinite
 from rankscope.monitor.collectives import align
-from rankscope.monitor.model import MonitorSummary, RankSeries
+from rankscope.monitor.model import MonitorSummary, RankRow, RankSeries
 from rankscope.monitor.straggler import straggler_scores
 
-__all__ = ["RankInput", "RankRow", "arrivals", "rank_rows"]
+__all__ = ["RankInput", "arrivals", "rank_rows"]
 
 
 @dataclass(frozen=True)
@@ -28,45 +28,6 @@ class RankInput:
     state: str
     summary: MonitorSummary | None
     collectives: tuple[CollectiveRecord, ...] = ()
-
-
-@dataclass(frozen=True)
-class RankRow:
-    """One row of `rankscope top`."""
-
-    rank: int
-    group: str
-    node: str
-    role: str
-    pid: int
-    state: str
-    step: int
-    step_s: float
-    tokens_per_s: float
-    wait_s: float
-    straggler: float
-    """Compute against the group's median rank (1.0 typical)."""
-    last_arrival_share: float
-    loss: float | None
-    grad_norm: float | None
-    device_used: int
-    device_total: int
-    host_used: int
-    host_total: int
-    alerts: tuple[str, ...]
-    cause: bool = False
-    """The group's first rank to go non-finite, or a straggler: a cause the others' alerts
-    (their own NaNs after an all_reduce, their waits) follow from."""
-
-    @property
-    def badness(self) -> tuple[int, int, int, float, float]:
-        return (
-            int(self.state != "alive"),
-            int(self.cause),
-            len(self.alerts),
-            self.straggler,
-            self.last_arrival_share,
-        )
 
 
 def rank_rows(inputs: Sequence[RankInput], threshold: float = 1.2) -> list[RankRow]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rankscope.errors import UserError
 from rankscope.hang.motion import moved
@@ -19,11 +19,14 @@ from rankscope.report.straggler_places import sample_places, stragglers
 from rankscope.runtime.run_dir import read_reports, tail_events
 from rankscope.serialize import plain
 
+if TYPE_CHECKING:
+    from rankscope.runtime.ask import Selection
+    from rankscope.runtime.client import HubClient
+
 EVENT_LIMIT = 20_000
 """Events read at most (the newest): enough for a run's story, bounded for huge runs."""
 EVERY_KIND = [""]
 """Events of every kind, the hub's records of who is who (`probe.registered`) included."""
-MONITOR_DEADLINE_S = 5.0
 MOTION_GAP_S = 2.0
 """Two reads of the ranks' `motion` at least this far apart (two heartbeats): a rank its group
 waits for that moved in between is slow, not stuck."""
@@ -98,18 +101,21 @@ def find_job_dir(path: str, job: str | None) -> str | None:
 def _from_hub(
     address: str | None, job: str | None, *, live: bool, files_here: bool | None
 ) -> RunData:
+    from rankscope.doctor.collect import job_environments
     from rankscope.hang.collect import hang_reports
-    from rankscope.monitor.collect import tops
+    from rankscope.monitor.collect import job_tops
+    from rankscope.runtime.ask import Selection
     from rankscope.runtime.client import HubClient
     from rankscope.stacks.collect import stack_reports
     from rankscope.status.collect import job_statuses
 
     client = HubClient.attach(address)
     job_id = next(iter(client.jobs(job)))
+    this_job = Selection(job_id)
     events = tuple(client.events(job_id, EVERY_KIND, EVENT_LIMIT))
     artifacts, skipped, files = client.reports(job_id)  # read on the hub's node, wherever it is
     job_dir = os.path.join(client.info().run_dir, job_id)
-    [status] = job_statuses(address, job_id)
+    [status] = job_statuses(address, this_job, client=client)
     processes = tuple(plain(p) for p in status.processes)
     alive = any(p.get("state") != "dead" for p in processes)
     hang: tuple[dict[str, Any], ...] = ()
@@ -124,14 +130,15 @@ def _from_hub(
     odd_places: tuple[dict[str, Any], ...] = ()
     if live and alive:
         looked_at = time.monotonic()
-        hang = tuple(plain(r) for r in hang_reports(address, job_id, HANG_MIN_WAIT_S))
-        stacks = tuple(plain(r) for r in stack_reports(address, job_id, None, client=client))
+        hang_found = hang_reports(address, this_job, min_wait_s=HANG_MIN_WAIT_S, client=client)
+        hang = tuple(plain(r) for r in hang_found)
+        stacks = tuple(plain(r) for r in stack_reports(address, this_job, client=client))
         if _any_finding(hang) or _any_finding(stacks):  # slow, or stuck? look at them move
             time.sleep(max(0.0, MOTION_GAP_S - (time.monotonic() - looked_at)))
             moving = moved(status.processes, client.probes(job_id, ["motion", "collectives"]))
-        top = tuple(plain(t) for t in tops(client, job_id))
+        top = tuple(plain(t) for t in job_tops(address, this_job, client=client))
         try:
-            series, health = _monitor(client, job_id)
+            series, health = _monitor(address, this_job, client)
         except Exception as exc:  # the page goes on without the series
             notes.append(f"the ranks' step series could not be read ({exc})")
         try:
@@ -145,9 +152,8 @@ def _from_hub(
         except Exception as exc:  # the page goes on without it
             notes.append(f"the ranks' memory trend could not be read ({exc})")
         try:
-            from rankscope.doctor.collect import job_environments
-
-            environment = tuple(plain(e) for e in job_environments(address, job_id))
+            found_env = job_environments(address, this_job, client=client)
+            environment = tuple(plain(e) for e in found_env)
         except Exception as exc:  # the page goes on without it
             notes.append(f"the ranks' environments could not be compared ({exc})")
         try:
@@ -198,18 +204,16 @@ def _pending(address: str | None, job_id: str) -> tuple[dict[str, Any], ...]:
 
 
 def _monitor(
-    client: Any, job_id: str
+    address: str | None, this_job: Selection, client: HubClient
 ) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
     """Every live rank's step series (one fan-out) and the monitor's findings over them."""
-    from rankscope.monitor.model import RankSeries
+    from rankscope.monitor.collect import job_series
     from rankscope.report.trends import monitor_data
-    from rankscope.runtime.protocol import ProbeState
 
-    live = [p for p in client.probes(job_id) if p.state != ProbeState.DEAD]
-    if not live:
+    [answers] = job_series(address, this_job, client=client).values()
+    if not answers.asked:  # no live rank: no series, and no findings over none
         return (), ()
-    result = client.fan_out("monitor", live, deadline_s=MONITOR_DEADLINE_S)
-    return monitor_data([r.payload for r in result.replies if isinstance(r.payload, RankSeries)])
+    return monitor_data([reply.payload for _, reply in answers.answered])
 
 
 def _live_memory(client: Any, job_id: str) -> dict[str, Any]:

@@ -10,16 +10,21 @@ marks no steps has only the group judge's alerts).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Command, ask_one
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 from rankscope.stacks.analysis import odd_place
-from rankscope.stacks.capture import MAX_SAMPLE_S
 from rankscope.stacks.model import TimeShares
+
+if TYPE_CHECKING:
+    from rankscope.runtime.client import HubClient
 
 PEERS = 2
 """Peers sampled beside the straggler: their mean share is what the group does anyway."""
-SAMPLES_DEADLINE_S = MAX_SAMPLE_S + 3.0
+SAMPLE_S = 1.5
+"""How long each rank samples (the probe's own bound, `stacks.capture.MAX_SAMPLE_S`)."""
 STRAGGLER_RULES = frozenset({"straggler", "collective_latency"})
 MAX_STRAGGLERS = 2
 """Stragglers sampled at most: the verdict names one."""
@@ -48,7 +53,7 @@ def stragglers(
 
 
 def sample_places(
-    client: Any, probes: Sequence[ProbeStatus], targets: Sequence[tuple[str | None, int]]
+    client: HubClient, probes: Sequence[ProbeStatus], targets: Sequence[tuple[str | None, int]]
 ) -> tuple[dict[str, Any], ...]:
     """Per straggler with a place of its own: {group, rank, place, share, peers_share,
     seconds}. One fan-out for all of them and their peers."""
@@ -63,12 +68,8 @@ def sample_places(
     if not asked:
         return ()
     everyone = list({p.info.probe_id: p for _, _, o, ps in asked for p in (o, *ps)}.values())
-    result = client.fan_out(
-        "samples", everyone, args={"seconds": MAX_SAMPLE_S}, deadline_s=SAMPLES_DEADLINE_S
-    )
-    shares = {
-        r.probe_id: r.payload for r in result.replies if r.ok and isinstance(r.payload, TimeShares)
-    }
+    command = Command("samples", {"seconds": SAMPLE_S}, expect=TimeShares)
+    shares = ask_one(client, everyone, command, deadlines.SAMPLES_S).payloads()
     out = []
     for group, rank, own, peers in asked:
         mine = shares.get(own.info.probe_id)

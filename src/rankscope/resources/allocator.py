@@ -30,7 +30,7 @@ from rankscope.resources.model import (
 )
 from rankscope.resources.packing import plan_placement, validate_options
 
-__all__ = ["SmartResourceAllocator"]
+__all__ = ["SmartResourceAllocator", "plan_on_cluster"]
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -258,3 +258,27 @@ class SmartResourceAllocator:
         )
         report = explain_pending([demand], cluster_nodes(), holders)
         return report.verdicts[0].reason if report.verdicts else "no verdict"
+
+
+def plan_on_cluster(
+    address: str | None,
+    allocator: SmartResourceAllocator,
+    workers: int,
+    *,
+    gpus_per_worker: float,
+    cpus_per_worker: float,
+) -> tuple[AllocationPlan, str]:
+    """`rankscope plan`: the allocator's plan on the cluster at `address`, and why it leaves
+    workers unplaced ("" when it places them all, or when no plan could be made at all, which
+    raises)."""
+    from rankscope.runtime.client import connect
+
+    connect(address)
+    try:
+        return allocator.plan(
+            workers, gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker
+        ), ""
+    except AllocationError as exc:
+        if exc.plan is None:
+            raise
+        return exc.plan, str(exc)

@@ -51,23 +51,19 @@ def plan(
 ) -> None:
     """Where SmartResourceAllocator would put the workers, and why (reserves nothing)."""
     from rankscope.cli.output import to_json
-    from rankscope.resources.allocator import SmartResourceAllocator
-    from rankscope.resources.model import AllocationError
+    from rankscope.resources.allocator import SmartResourceAllocator, plan_on_cluster
     from rankscope.resources.render import render_plan
-    from rankscope.runtime.client import connect
 
     allocator = SmartResourceAllocator(min_gpu_memory, prefer, fallback)  # bad options: exit 2
-    connect(address)
-    try:
-        result = allocator.plan(
-            workers, gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker
-        )
-    except AllocationError as exc:
-        if exc.plan is None:
-            raise
-        result = exc.plan
-        if not as_json:
-            out.print(str(exc), markup=False)
+    result, unplaced = plan_on_cluster(
+        address,
+        allocator,
+        workers,
+        gpus_per_worker=gpus_per_worker,
+        cpus_per_worker=cpus_per_worker,
+    )
+    if unplaced and not as_json:
+        out.print(unplaced, markup=False)
     if as_json:
         out.print_json(to_json("plan", result))
     else:

@@ -15,15 +15,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rankscope.ranks import format_ranks
 from rankscope.stacks.model import (
-    Frame,
     ProcessStacks,
+    StackFinding,
+    StackGroup,
+    StackMember,
+    StackReport,
     ThreadStack,
     TimeShares,
+    Unanswered,
     active_thread,
     headline,
     in_collective,
+    label_members,
 )
 
 __all__ = [
@@ -31,15 +35,9 @@ __all__ = [
     "MIN_ODD_SHARE",
     "PROGRESS_WINDOW_S",
     "OddPlace",
-    "StackFinding",
-    "StackGroup",
-    "StackMember",
-    "StackReport",
-    "Unanswered",
     "confirmed",
     "find_stuck",
     "group_stacks",
-    "label_members",
     "odd_place",
     "summarize",
     "waited_long",
@@ -51,101 +49,6 @@ LONG_WAIT_S = 5.0
 """Ranks that have waited this long in a collective (their recorders say so) are stuck there,
 not in a normal wait: their finding needs no second look (`waited_long`). As `rankscope
 hang`'s minimum wait."""
-
-
-@dataclass(frozen=True)
-class StackMember:
-    """One thread of one process that has a group's stack."""
-
-    rank: int | None
-    pid: int
-    hostname: str
-    node_id: str
-    actor_class: str | None
-    thread_name: str
-    source: str
-    unresponsive: str = ""
-    """Why the probe did not answer, when the stack came from py-spy instead."""
-    group: str | None = None
-    """The group of ranks the process belongs to (its rendezvous `host:port`)."""
-    active: bool = False
-    """This thread says where its process is: in a collective, else in user code, else main."""
-    step: int = 0
-    """The process's `rankscope.step()` count."""
-    since_step_s: float | None = None
-    """Seconds since its last `rankscope.step()`; None when it never called it."""
-    parent: str = ""
-    """For a child process (an engine a rank started): its parent's label, `rank 2`."""
-    waited_s: float | None = None
-    """How long its oldest collective call had run when its probe took the stacks (its
-    recorder's); None when none ran, nothing records, or the stacks are py-spy's."""
-
-
-@dataclass(frozen=True)
-class StackGroup:
-    headline: str
-    """Where they are, in one line: `all_reduce <- train_step train.py:88`."""
-    frames: tuple[Frame, ...]
-    members: tuple[StackMember, ...]
-    main_thread: bool
-    """True when this stack is some process's main thread (where training code runs)."""
-
-    @property
-    def idle(self) -> bool:
-        """No user frame: an idle Ray worker loop, a parked pool thread, library machinery."""
-        return all(f.library for f in self.frames)
-
-    @property
-    def label(self) -> str:
-        """`ranks 0-2,4-7`, `rank 3`, or pids for processes with no rank."""
-        return label_members(self.members)
-
-    @property
-    def process_count(self) -> int:
-        return len({(m.node_id, m.pid) for m in self.members})
-
-
-@dataclass(frozen=True)
-class Unanswered:
-    """A process whose stacks could not be taken by its probe nor by py-spy."""
-
-    rank: int | None
-    pid: int
-    hostname: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class StackFinding:
-    """Ranks of one group stuck where they are while another rank of the group is elsewhere."""
-
-    group: str | None
-    """The group of ranks (its rendezvous `host:port`), None when the ranks did not say."""
-    waiting: tuple[int, ...]
-    """The ranks waiting: in a collective, or stalled (no step for PROGRESS_WINDOW_S)."""
-    where: str
-    """Where they wait: `all_reduce <- train_step train.py:88`."""
-    elsewhere: tuple[int, ...]
-    """The ranks of the same group that are somewhere else: the ones to look at."""
-    message: str
-    """`ranks 0-2 wait in all_reduce <- ...; rank 3 is elsewhere: load_batch data.py:41`."""
-
-
-@dataclass(frozen=True)
-class StackReport:
-    job_id: str
-    groups: tuple[StackGroup, ...]
-    unanswered: tuple[Unanswered, ...]
-    process_count: int
-    findings: tuple[StackFinding, ...] = ()
-    """Groups of ranks stuck waiting for a rank that is elsewhere (exit code 1)."""
-    looks: int = 1
-    """2 when the first look's findings were looked at again (`confirmed`): their waiting
-    ranks' recorders did not say they had waited LONG_WAIT_S."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
 
 
 def group_stacks(
@@ -338,19 +241,6 @@ def summarize(report: StackReport) -> str | None:
     load_batch data.py:41`.
     """
     return "; ".join(f.message for f in report.findings) or None
-
-
-def label_members(members: Sequence[StackMember]) -> str:
-    ranks = {m.rank for m in members if m.rank is not None}
-    parts = []
-    if ranks:
-        parts.append(f"{'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}")
-    no_rank = sorted({(m.parent, m.hostname, m.pid) for m in members if m.rank is None})
-    parts.extend(
-        f"{parent}'s child pid {pid}" if parent else f"pid {pid}@{host}"
-        for parent, host, pid in no_rank
-    )
-    return "; ".join(parts)
 
 
 def _waits(members: Sequence[StackMember], group: StackGroup) -> str:

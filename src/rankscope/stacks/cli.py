@@ -52,11 +52,12 @@ def stacks(
     they have waited 5 s: the one-line finding names them.
     """
     from rankscope.cli.output import to_json
+    from rankscope.runtime.ask import Selection
     from rankscope.stacks.collect import stack_reports
     from rankscope.stacks.render import render_stacks
 
     with gc_paused():  # thousands of ranks' answers
-        reports = stack_reports(address, job, ranks, deadline, group=group)
+        reports = stack_reports(address, Selection(job, group, ranks), deadline_s=deadline)
     if as_json:
         out.print_json(to_json("stacks", reports))
     else:

@@ -13,23 +13,20 @@ import time
 import ray
 
 from rankscope.errors import UserError
-from rankscope.ranks import parse_rank_spec
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Answers, Command, Selection, ask, select
 from rankscope.runtime.client import HubClient
-from rankscope.runtime.protocol import CommandResult, FanOutResult, ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_jobs_by_group, filter_ranks
+from rankscope.runtime.protocol import CommandResult, ProbeStatus
 from rankscope.stacks.analysis import (
-    StackFinding,
-    StackReport,
     confirm_sample,
     confirmed,
     confirmed_by_sample,
     group_stacks,
     waited_long,
 )
-from rankscope.stacks.model import ChildProcess, ProcessStacks
+from rankscope.stacks.model import ChildProcess, ProcessStacks, StackFinding, StackReport
 from rankscope.stacks.pyspy import PARALLEL_DUMPS, PYSPY_TIMEOUT_S, dump_on_node
 
-DEFAULT_DEADLINE_S = 2.0
 CONFIRM_AFTER_S = 1.0
 """When the first look finds ranks stuck, look again: each rank takes its second stacks this
 long after its first, on its own clock (`capture.LookSpacing`); a wait that is part of normal
@@ -47,7 +44,7 @@ def collect_stacks(
     client: HubClient,
     probes: list[ProbeStatus],
     *,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float = deadlines.STACKS_S,
     children: bool = True,
     apart_s: float = 0.0,
 ) -> list[ProcessStacks]:
@@ -55,33 +52,19 @@ def collect_stacks(
     their child processes by py-spy (those py-spy cannot read, not Python, are left out).
     With `apart_s`, each probe takes them that long after its previous answer at most (the
     deadline grows by as much)."""
-    live = [p for p in probes if p.state != ProbeState.DEAD]
-    deadline_s += apart_s
-    with client.together():  # both in one round trip per probe
-        asked = (
-            client.start_fan_out("stacks", live, args={"apart_s": apart_s}, deadline_s=deadline_s)
-            if live
-            else None
-        )
-        kids = (
-            client.start_fan_out("children", live, deadline_s=deadline_s)
-            if live and children
-            else None
-        )
-    result = asked() if asked is not None else None
-    by_id = {p.info.probe_id: p for p in live}
-    gathered: list[ProcessStacks] = []
-    if result is not None:
-        gathered.extend(_answered(by_id[r.probe_id], r) for r in result.replies if r.ok)
-        gathered.extend(pyspy_all(unanswered(result, by_id, deadline_s)))
-    if result is not None and kids is not None:
-        answered = {r.probe_id: by_id[r.probe_id] for r in result.replies if r.ok}
-        gathered.extend(children_stacks(kids(), answered))
+    commands = [Command("stacks", {"apart_s": apart_s})]
+    if children:
+        commands.append(Command("children"))
+    asked = ask(client, probes, commands, deadline_s + apart_s)  # one round trip per probe
+    stacks = asked[0]
+    gathered = [_answered(status, reply) for status, reply in stacks.answered]
+    gathered.extend(pyspy_all(unanswered(stacks)))
+    if children:
+        answered = {status.info.probe_id: status for status, _ in stacks.answered}
+        gathered.extend(children_stacks(asked[1], answered))
     now = time.time()
     gathered.extend(
-        ProcessStacks(p, (), "none", f"process is dead ({_why_dead(p, now)})")
-        for p in probes
-        if p.state == ProbeState.DEAD
+        ProcessStacks(p, (), "none", f"process is dead ({_why_dead(p, now)})") for p in stacks.dead
     )
     return gathered
 
@@ -95,13 +78,9 @@ def _answered(status: ProbeStatus, result: CommandResult) -> ProcessStacks:
     return ProcessStacks(status, tuple(result.payload), "probe", taken_at=result.answered_at)
 
 
-def unanswered(
-    result: FanOutResult, by_id: dict[str, ProbeStatus], deadline_s: float
-) -> list[tuple[ProbeStatus, str]]:
-    """The probes of a fan-out that failed or stayed silent, and why: py-spy's targets."""
-    failed = [(by_id[r.probe_id], f"probe failed: {r.error}") for r in result.replies if not r.ok]
-    silent = [(s, f"probe did not answer within {deadline_s:g}s") for s in result.missing]
-    return failed + silent
+def unanswered(answers: Answers) -> list[tuple[ProbeStatus, str]]:
+    """The probes that failed or stayed silent, and why: py-spy's targets."""
+    return answers.unanswered("probe failed: {error}", "probe did not answer within {deadline}s")
 
 
 def _why_dead(probe: ProbeStatus, now: float) -> str:
@@ -109,13 +88,13 @@ def _why_dead(probe: ProbeStatus, now: float) -> str:
     return probe.reason or f"last heard {now - probe.last_seen:.0f}s ago"
 
 
-def children_stacks(asked: FanOutResult, by_id: dict[str, ProbeStatus]) -> list[ProcessStacks]:
-    """py-spy the child processes `asked` (the `children` fan-out) found of the ranks in
+def children_stacks(asked: Answers, by_id: dict[str, ProbeStatus]) -> list[ProcessStacks]:
+    """py-spy the child processes `asked` (the `children` command) found of the ranks in
     `by_id`."""
     targets = [
-        (_as_child(by_id[reply.probe_id], child), "")
-        for reply in asked.replies
-        if reply.ok and reply.probe_id in by_id
+        (_as_child(by_id[status.info.probe_id], child), "")
+        for status, reply in asked.answered
+        if status.info.probe_id in by_id
         for child in reply.payload
     ]
     parent_of = {
@@ -218,28 +197,24 @@ def _look_again(
 
 def stack_reports(
     address: str | None,
-    job: str | None,
-    ranks: str | None,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    selection: Selection,
     *,
-    client: HubClient | None = None,
+    deadline_s: float = deadlines.STACKS_S,
     confirm_after_s: float = CONFIRM_AFTER_S,
-    group: str | None = None,
+    client: HubClient | None = None,
 ) -> list[StackReport]:
     """`rankscope stacks`: every selected job's processes, their stacks grouped, and the ranks
     stuck waiting for a rank of their group that is elsewhere (seen in two looks, or in one
     when the waiting ranks' recorders say they have waited LONG_WAIT_S)."""
-    wanted = parse_rank_spec(ranks) if ranks is not None else None  # bad spec: fail before Ray
     client = client or HubClient.attach(address)
     reports = []
-    jobs = client.jobs(job, summaries=[])  # stacks read none: not megabytes at 4,096 ranks
-    for job_id, probes in filter_jobs_by_group(jobs, group).items():
-        chosen = filter_ranks(probes, wanted)
+    jobs = select(client, selection, summaries=[])  # stacks read none: not MBs at 4,096 ranks
+    for job_id, chosen in jobs.items():
         if not chosen:
-            if wanted is not None and len(jobs) > 1:
+            if len(jobs) > 1:
                 continue  # another live job has them
             raise UserError(
-                f"--ranks {ranks}: no registered process of job {job_id} has those ranks"
+                f"--ranks {selection.ranks}: no registered process of job {job_id} has those ranks"
             )
         first = collect_stacks(client, chosen, deadline_s=deadline_s)
         report = group_stacks(job_id, first)
@@ -249,6 +224,8 @@ def stack_reports(
                 client, job_id, report, settled, chosen, first, deadline_s, confirm_after_s
             )
         reports.append(report)
-    if wanted is not None and not reports:
-        raise UserError(f"--ranks {ranks}: no registered process of any live job has those ranks")
+    if selection.wanted is not None and not reports:
+        raise UserError(
+            f"--ranks {selection.ranks}: no registered process of any live job has those ranks"
+        )
     return reports

@@ -8,8 +8,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from rankscope.ranks import format_ranks
-from rankscope.stacks.analysis import StackGroup, StackReport, Unanswered
-from rankscope.stacks.model import Frame
+from rankscope.stacks.model import Frame, StackGroup, StackReport, Unanswered
 
 __all__ = ["display_path", "frame_lines", "pick_groups", "render_stacks", "short_label"]
 

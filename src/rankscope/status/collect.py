@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from rankscope.hang.model import Death
+from rankscope.runtime.ask import Selection, select
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import by_group, filter_jobs_by_group
+from rankscope.runtime.selection import by_group
+from rankscope.status.model import JobStatus, JobStatusView, StatusReport
 
-__all__ = ["STATUS_SUMMARIES", "JobStatus", "any_lost", "job_statuses"]
+__all__ = ["STATUS_SUMMARIES", "any_lost", "job_statuses", "status_report"]
 
 STATUS_SUMMARIES = ["monitor", "logs"]
 """The heartbeat summaries `status` reads of a live process: the monitor's alert lines and the
@@ -19,23 +20,35 @@ straggler by last arrivals alone reaches `status` as the alert its group's judge
 reads them."""
 
 
-@dataclass(frozen=True)
-class JobStatus:
-    """One job's processes as the hub sees them, and why the dead ones died (by probe id)."""
+def status_report(address: str | None, selection: Selection) -> StatusReport:
+    """`rankscope status`: every selected job's registry, each death explained, and its
+    alerts: the monitor's from the heartbeats, the alert rules' active ones from the run
+    directory's events."""
+    from rankscope.alerts.collect import job_alerts
+    from rankscope.monitor.collect import alert_line_sets
 
-    job_id: str
-    processes: tuple[ProbeStatus, ...]
-    deaths: dict[str, str]
-    first_death: str = ""
-    """When several ranks died: which died first and how the others followed."""
-    died_at: dict[str, float] = field(default_factory=dict)
-    """When Ray saw each dead process end (by probe id), where Ray knows it."""
+    client = HubClient.attach(address)
+    views = []
+    for j in job_statuses(address, selection, client=client, summaries=STATUS_SUMMARIES):
+        active = [a for a in job_alerts(client, j.job_id, list(j.processes)) if a.active]
+        every, unsaid = alert_line_sets(j.processes, active)
+        views.append(
+            JobStatusView(
+                j.job_id,
+                j.processes,
+                j.deaths,
+                j.first_death,
+                tuple(every),
+                tuple(active),
+                tuple(unsaid),
+            )
+        )
+    return StatusReport(tuple(views))
 
 
 def job_statuses(
     address: str | None,
-    job: str | None,
-    group: str | None = None,
+    selection: Selection,
     *,
     client: HubClient | None = None,
     summaries: list[str] | None = None,
@@ -51,8 +64,7 @@ def job_statuses(
     from rankscope.hang.death import find_deaths
 
     client = client or HubClient.attach(address)
-    found = client.jobs(job, summaries)
-    jobs = filter_jobs_by_group(found, group)
+    jobs = select(client, selection, summaries)
     dead = [p for probes in jobs.values() for p in probes if p.state == ProbeState.DEAD]
     deaths = find_deaths(dead) if dead else {}
     return [
@@ -93,6 +105,6 @@ def _first_deaths(probes: Sequence[ProbeStatus], deaths: dict[str, Death]) -> st
     return "; ".join(lines)
 
 
-def any_lost(jobs: Sequence[JobStatus]) -> bool:
+def any_lost(jobs: Sequence[JobStatus | JobStatusView]) -> bool:
     """A dead or unresponsive process is a finding (exit code 1)."""
     return any(p.state != ProbeState.ALIVE for j in jobs for p in j.processes)

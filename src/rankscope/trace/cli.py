@@ -62,6 +62,7 @@ def trace(
     Ray task pending for over 10 s.
     """
     from rankscope.cli.output import to_json
+    from rankscope.runtime.ask import Selection
     from rankscope.trace.collect import record_trace
     from rankscope.trace.render import render_summary
 
@@ -69,7 +70,7 @@ def trace(
     if steps < 1:
         raise UserError(f"--steps {steps}: give at least 1 step for torch.profiler")
     summary = record_trace(
-        address, job, ranks, group, duration_s=seconds, path=output,
+        address, Selection(job, group, ranks), duration_s=seconds, path=output,
         budget=int(budget_mb * 2**20), torch_profiler_steps=steps if torch_profiler else 0,
     )  # fmt: skip
     if as_json:

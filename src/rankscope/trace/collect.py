@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.errors import UserError
-from rankscope.ranks import parse_rank_spec
+from rankscope.runtime import deadlines
+from rankscope.runtime.ask import Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from rankscope.runtime.selection import filter_jobs_by_group, filter_ranks
 from rankscope.trace.analysis import merge_chunks, split_collectives, summarize, window_ns
 from rankscope.trace.chrome import DEFAULT_BUDGET, ExportStats, render_trace
 from rankscope.trace.model import RankTrace, RayTask, TraceChunk, TraceOptions, TraceSummary
@@ -35,7 +35,6 @@ FASTEST_DRAIN_S = 0.1
 RING_SHARE = 0.5
 """Drain sooner when a worker's collectives since the last drain filled this share of the
 recorder's ring (2,000 calls)."""
-DEADLINE_S = 3.0
 TTL_SLACK_S = 30.0
 """Workers stop by themselves this long after the window should have ended."""
 
@@ -46,14 +45,13 @@ Ask = Callable[[str, list[ProbeStatus], dict[str, Any]], list[tuple[ProbeStatus,
 def hub_asker(client: HubClient) -> Ask:
     """Ask through the hub's fan-out; a process that did not answer gets an error line."""
 
-    def ask(kind: str, probes: list[ProbeStatus], args: dict[str, Any]) -> list[Any]:
-        result = client.fan_out(kind, probes, args=args, deadline_s=DEADLINE_S)
-        by_id = {p.info.probe_id: p for p in probes}
-        out = [(by_id[r.probe_id], r.payload if r.ok else None, r.error) for r in result.replies]
-        out += [(p, None, f"did not answer within {DEADLINE_S:g}s") for p in result.missing]
-        return out
+    def asker(kind: str, probes: list[ProbeStatus], args: dict[str, Any]) -> list[Any]:
+        answers = ask_one(client, probes, Command(kind, args), deadlines.TRACE_S)
+        out = [(p, reply.payload, "") for p, reply in answers.answered]
+        silent = "did not answer within {deadline}s"
+        return out + [(p, None, why) for p, why in answers.unanswered(silent=silent)]
 
-    return ask
+    return asker
 
 
 @dataclass
@@ -108,7 +106,7 @@ class TraceSession:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(DEADLINE_S + 5.0)
+            self._thread.join(deadlines.TRACE_S + 5.0)
         self._collect("stop", {})
 
     def traces(self) -> list[RankTrace]:
@@ -150,20 +148,16 @@ class TraceSession:
                 self.errors[pid] = error or "no answer"  # started, not "no trace session"
 
 
-def choose_probes(
-    client: HubClient, job: str | None, ranks: str | None, group: str | None
-) -> tuple[str, list[ProbeStatus]]:
+def choose_probes(client: HubClient, selection: Selection) -> tuple[str, list[ProbeStatus]]:
     """The live processes to trace: one job (the only live one, the one running `--group`,
     or `--job`), by group and ranks."""
-    wanted = parse_rank_spec(ranks) if ranks is not None else None
-    jobs = filter_jobs_by_group(client.jobs(job), group)  # --group may pick the job
+    jobs = select(client, selection)  # --group may pick the job
     if len(jobs) > 1:
         raise UserError(f"{len(jobs)} jobs are running ({', '.join(jobs)}): choose one with --job")
     job_id, probes = next(iter(jobs.items()))
-    chosen = [p for p in filter_ranks(probes, wanted) if p.state != ProbeState.DEAD]
-    if wanted is not None:
-        chosen = [p for p in chosen if p.context.rank is not None]
+    chosen = [p for p in probes if p.state != ProbeState.DEAD]
     if not chosen:
+        ranks = selection.ranks
         what = f"with ranks {ranks}" if ranks else "alive"
         raise UserError(f"job {job_id} has no registered process {what} to trace")
     return job_id, chosen
@@ -238,9 +232,7 @@ def _check_folder(path: str) -> None:
 
 def record_trace(
     address: str | None,
-    job: str | None,
-    ranks: str | None,
-    group: str | None,
+    selection: Selection,
     *,
     duration_s: float,
     path: str | None,
@@ -250,12 +242,10 @@ def record_trace(
     """`rankscope trace`: record `duration_s` of the live job, write the trace, summarize."""
     if duration_s <= 0:
         raise UserError(f"--duration {duration_s:g}s: give a positive duration, e.g. 10s")
-    if ranks is not None:
-        parse_rank_spec(ranks)  # a bad spec fails before Ray
     out = path or f"rankscope-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
     _check_folder(out)  # before recording, not after
     client = HubClient.attach(address)
-    job_id, probes = choose_probes(client, job, ranks, group)
+    job_id, probes = choose_probes(client, selection)
     options = TraceOptions(
         ttl_s=duration_s + TTL_SLACK_S, torch_profiler_steps=torch_profiler_steps
     )

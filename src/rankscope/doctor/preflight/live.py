@@ -11,16 +11,16 @@ job yet) or no dashboard is a skipped check with its reason, never a failure of 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
-from rankscope.doctor.collect import JobEnvironment, job_environments
+from rankscope.doctor.collect import job_environments
+from rankscope.doctor.model import JobEnvironment
 from rankscope.doctor.preflight.model import Check, Status
 from rankscope.errors import NoHubError
 from rankscope.memory.by_gpu import JobGpus, collect_by_gpu
 from rankscope.resources.collect import pending_report
 from rankscope.resources.model import PendingReport, Verdict
-from rankscope.runtime.client import HubClient
+from rankscope.runtime.ask import Selection
 from rankscope.units import human_bytes
 
 __all__ = ["gpu_sharing_check", "job_versions_check", "live_checks", "pending_check"]
@@ -34,12 +34,10 @@ def live_checks(address: str | None, dashboard_error: str | None) -> list[Check]
     """The checks of a live cluster; each skipped, with why, when its source is absent
     (`dashboard_error`: the state API is not asked when the dashboard is known not to answer;
     pending work is then read from the GCS, actors and placement groups only)."""
-    hub = functools.cache(lambda: HubClient.attach(address))  # once, for both probe checks
+    every_job = Selection()
     checks = [
-        _guarded(
-            VERSIONS, lambda: job_versions_check(job_environments(address, None, client=hub()))
-        ),
-        _guarded(GPUS, lambda: gpu_sharing_check(collect_by_gpu(address, None, client=hub()))),
+        _guarded(VERSIONS, lambda: job_versions_check(job_environments(address, every_job))),
+        _guarded(GPUS, lambda: gpu_sharing_check(collect_by_gpu(address, every_job))),
     ]
     state_api = dashboard_error is None
     pending = _guarded(PENDING, lambda: pending_check(pending_report(address, state_api=state_api)))
