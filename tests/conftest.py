@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 # Before Ray is imported anywhere: these reach every worker the cluster starts.
 _RAY_TMP = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
@@ -15,15 +16,19 @@ os.environ["RANKSCOPE_HEARTBEAT_INTERVAL"] = "0.25"
 os.environ["RANKSCOPE_DEAD_AFTER"] = "2"
 os.environ["RANKSCOPE_RUN_DIR"] = os.path.join(_RAY_TMP, "runs")
 os.environ.pop("RAY_ADDRESS", None)
-# Actors are defined in tests/workers.py: let the cluster's workers import it.
+# Workers import the code their actors run by module name: the shared `helpers.workers` (from
+# tests/) and, for an actor a test module defines, that module's name. pytest imports a test
+# file by its basename from its own folder (so basenames stay unique across folders): every
+# folder that holds test files goes on the workers' path too.
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+_TEST_FOLDERS = sorted(str(d) for d in Path(_TESTS_DIR).iterdir() if any(d.glob("test_*.py")))
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (_TESTS_DIR, os.environ.get("PYTHONPATH")) if p
+    p for p in (_TESTS_DIR, *_TEST_FOLDERS, os.environ.get("PYTHONPATH")) if p
 )
 
 import pytest  # noqa: E402
 
-from workers import WORKER_NODE_RESOURCE  # noqa: E402
+from helpers.workers import WORKER_NODE_RESOURCE  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -80,7 +85,7 @@ def hub(cluster):
 @pytest.fixture
 def chromium_present() -> None:
     """Skips without Chromium on a laptop; fails in CI, where .ci/run installs it."""
-    from helpers import CHROMIUM
+    from helpers.cluster import CHROMIUM
 
     if os.path.exists(CHROMIUM):
         return

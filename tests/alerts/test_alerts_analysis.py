@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import webhook_server
+from helpers.cluster import webhook_server
+from helpers.workers import wait_until
 from rankscope.alerts.analysis import (
     MemoryReading,
     RankRules,
@@ -15,7 +16,6 @@ from rankscope.alerts.analysis import (
 from rankscope.alerts.model import AlertSettings, RegexRule
 from rankscope.alerts.webhook import WebhookSender
 from rankscope.errors import UserError
-from workers import wait_until
 
 
 def _rules(**kw) -> RankRules:

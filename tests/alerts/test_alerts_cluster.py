@@ -11,10 +11,17 @@ import uuid
 
 import ray
 
-from helpers import cluster_address, probes_by_pid, run_cli, wait_registered, webhook_server
+from helpers.cluster import (
+    GLOO_JOB,
+    cluster_address,
+    probes_by_pid,
+    run_cli,
+    wait_registered,
+    webhook_server,
+)
+from helpers.workers import WORKER_NODE_RESOURCE, wait_until
+from helpers.workers_logs import LogRank
 from rankscope.runtime.protocol import ProbeState
-from workers import WORKER_NODE_RESOURCE, wait_until
-from workers_logs import LogRank
 
 
 def test_a_job_wide_error_burst_names_its_ranks_and_rank_1_judges_once_rank_0_is_dead(cluster):
@@ -86,9 +93,8 @@ def test_a_rank_killed_in_a_group_torn_down_after_it_is_raised_by_the_hub(cluste
 
     from rankscope.runtime.client import HubClient
 
-    job_script = os.path.join(os.path.dirname(__file__), "gloo_job.py")
     driver = subprocess.Popen(
-        [sys.executable, job_script, cluster_address()],
+        [sys.executable, GLOO_JOB, cluster_address()],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "rankscope"
 BASE_LAYERS = {"runtime"}
 """Subpackages below every feature; besides them only top-level modules are base code."""

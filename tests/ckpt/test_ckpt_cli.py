@@ -6,9 +6,9 @@ import json
 import os
 
 import pytest
+from _ckpt_models import make_model, save
 from typer.testing import CliRunner
 
-from _ckpt_models import make_model, save
 from rankscope.cli.main import app
 
 runner = CliRunner()

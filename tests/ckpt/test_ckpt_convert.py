@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 import torch
+from _ckpt_models import make_model, save
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from _ckpt_models import make_model, save
 from rankscope.ckpt import convert, inspect
 from rankscope.ckpt.expected import dims_from_config, read_config
 from rankscope.ckpt.tensors import fuse, split_fused

@@ -7,9 +7,9 @@ import os
 
 import pytest
 import torch
+from _ckpt_models import make_model, save
 from safetensors.torch import load_file, save_file
 
-from _ckpt_models import make_model, save
 from rankscope.ckpt import ExplanationKind, Scheme, diff, inspect
 from rankscope.ckpt.convert import convert
 from rankscope.ckpt.expected import manifest_from_config

@@ -16,10 +16,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from _ckpt_models import make_model, make_moe, run_megatron_checks, save
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from _ckpt_models import make_model, make_moe, run_megatron_checks, save
 from rankscope.ckpt import ExplanationKind, SourceKind, convert, diff, inspect
 from rankscope.cli.main import app
 from rankscope.errors import CheckpointError

@@ -13,10 +13,10 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import cluster_address, probes_by_pid, run_cli
+from helpers.cluster import cluster_address, probes_by_pid, run_cli
+from helpers.workers import wait_until
 from rankscope.context import get_context
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, Progress
-from workers import wait_until
 
 
 def _one_clear_line(result, *fragments: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 
 import ray
-
 from real_clients import ray_train_loop, verl_worker_class
 
 WORLD = 4

@@ -19,12 +19,12 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from real_clients import train_steps, wait_for_release
 
-from helpers import cluster_address, run_cli, seen_in
+from helpers.cluster import cluster_address, run_cli, seen_in
+from helpers.workers import wait_until
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
-from real_clients import train_steps, wait_for_release
-from workers import wait_until
 
 JOB = os.path.join(os.path.dirname(__file__), "real_job.py")
 STALLED = 2

@@ -8,7 +8,7 @@ from typing import Any
 
 import ray
 
-from helpers import wait_registered
+from helpers.cluster import wait_registered
 
 
 class ArticleRank:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import cluster_address
+from helpers.cluster import cluster_address
 
 JOB = os.path.join(os.path.dirname(__file__), "real_job.py")
 WORLD = 4

@@ -13,7 +13,6 @@ import time
 
 import pytest
 import ray
-
 from workers_consistency import NAN_RANK, PERTURBED_RANK, SHAPE_RANK
 
 WORLD = 4

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import run_demo
+from helpers.cluster import run_demo
 
 
 def test_demo_desync_names_the_drifting_rank_and_tensor():

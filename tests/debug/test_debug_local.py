@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from helpers.workers import wait_until
 from rankscope.debug import post_mortem, registry
 from rankscope.debug.analysis import (
     PortVerdict,
@@ -22,7 +23,6 @@ from rankscope.debug.client import run_terminal
 from rankscope.debug.model import DebugSession
 from rankscope.debug.tunnel import SocketConnection
 from rankscope.errors import UserError
-from workers import wait_until
 
 
 def _session(**changes: object) -> DebugSession:

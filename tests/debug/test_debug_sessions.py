@@ -15,15 +15,15 @@ import time
 import pytest
 import ray
 from typer.testing import CliRunner
+from workers_debug import DebugRank
 
 import rankscope.cli.main as cli
-from helpers import cluster_address, line_of, run_cli, run_demo, wait_registered
+from helpers.cluster import cluster_address, line_of, run_cli, run_demo, wait_registered
+from helpers.workers import WORKER_NODE_RESOURCE, wait_until
 from rankscope.debug.client import connect, run_terminal
 from rankscope.debug.collect import list_sessions
 from rankscope.debug.model import DebugSession
 from rankscope.runtime.client import HubClient
-from workers import WORKER_NODE_RESOURCE, wait_until
-from workers_debug import DebugRank
 
 ENV = {"env_vars": {"RANKSCOPE_POST_MORTEM": "1"}}
 

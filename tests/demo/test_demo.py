@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from helpers import run_cli, run_demo
+from helpers.cluster import run_cli, run_demo
 
 
 @pytest.mark.parametrize(

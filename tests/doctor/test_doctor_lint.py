@@ -18,7 +18,9 @@ from rankscope.doctor.config_lint.rules import RULES, largest_divisor_at_most
 
 GIB = 1 << 30
 
-QWEN25_7B = json.loads((pathlib.Path(__file__).parent / "data/qwen2.5-7b-config.json").read_text())
+QWEN25_7B = json.loads(
+    (pathlib.Path(__file__).parents[1] / "data/qwen2.5-7b-config.json").read_text()
+)
 """Qwen2.5-7B's shape: 28 heads (TP 8 does not divide them), 7,615,616,512 parameters."""
 
 TRAINER = """\

@@ -11,13 +11,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import wait_registered
+from helpers.cluster import wait_registered
+from helpers.workers import GlooRank
 from rankscope.doctor import collect_facts
 from rankscope.doctor.analysis import compare_environments, ordered
 from rankscope.doctor.collect import JobEnvironment
 from rankscope.doctor.model import ProcessFacts
 from rankscope.doctor.render import render_environment
-from workers import GlooRank
 
 TORCH = {"torch": "2.13.0", "cuda": None, "nccl": None}
 """What a rank that imported a CPU build of torch reports."""

@@ -10,9 +10,9 @@ import time
 import pytest
 import ray
 
-from helpers import cluster_address, run_cli, wait_registered
+from helpers.cluster import cluster_address, run_cli, wait_registered
+from helpers.workers import GlooRank, form_group, wait_until
 from rankscope.runtime.client import HubClient
-from workers import GlooRank, form_group, wait_until
 
 BAD = 2
 

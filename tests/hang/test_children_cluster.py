@@ -8,10 +8,10 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import wait_registered
+from helpers.cluster import wait_registered
+from helpers.workers import EngineOwner, wait_until
 from rankscope.hang.collect import whereabouts
 from rankscope.runtime.client import HubClient
-from workers import EngineOwner, wait_until
 
 
 def test_stacks_show_a_ranks_child_process_labelled_as_its_child(cluster):

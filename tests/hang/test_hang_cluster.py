@@ -16,10 +16,17 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import cluster_address, probes_by_pid, run_cli, seen_in, wait_registered
+from helpers.cluster import (
+    GLOO_JOB,
+    cluster_address,
+    probes_by_pid,
+    run_cli,
+    seen_in,
+    wait_registered,
+)
+from helpers.workers import GlooRank, form_group, wait_for_data, wait_until
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
-from workers import GlooRank, form_group, wait_for_data, wait_until
 
 
 def _start(world: int, **options) -> tuple[list, list[int]]:
@@ -55,7 +62,7 @@ def _hang_json(*args: str) -> tuple[int, dict]:
 
 def test_healthy_job_exits_0(cluster):
     job = subprocess.Popen(
-        [sys.executable, os.path.join(os.path.dirname(__file__), "gloo_job.py"), cluster_address()],
+        [sys.executable, GLOO_JOB, cluster_address()],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

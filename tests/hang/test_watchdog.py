@@ -13,7 +13,8 @@ import time
 import pytest
 import ray
 
-from helpers import probes_by_pid, wait_registered
+from helpers.cluster import probes_by_pid, wait_registered
+from helpers.workers import GlooRank, wait_until
 from rankscope.context import get_context
 from rankscope.hang.activity import find_work
 from rankscope.hang.model import CallState, CollectiveRecord
@@ -21,7 +22,6 @@ from rankscope.hang.watchdog import check_interval, report_claim
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.hub import find_hub
 from rankscope.stacks.model import Frame, ThreadStack
-from workers import GlooRank, wait_until
 
 HANG_TIMEOUT = 1.5
 PID_MAX_LIMIT = 4_194_304

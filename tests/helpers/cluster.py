@@ -1,9 +1,10 @@
-"""Shared test helpers that talk to the session cluster's hub."""
+"""Helpers that talk to the session cluster: hub waits, the real CLI, a webhook, Chromium."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,10 +14,13 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import ray
 
+from helpers.workers import wait_until
 from rankscope.errors import NoHubError
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
-from workers import wait_until
+
+GLOO_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gloo_job.py")
+"""A separate Ray job with a healthy 4-rank gloo group: `python GLOO_JOB ADDRESS`."""
 
 
 def probes_by_pid(pids: Iterable[int]) -> dict[int, ProbeStatus]:
@@ -46,8 +50,6 @@ def wait_registered(pids: list[int], *, ranked: bool = False, timeout: float = 6
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The real `rankscope` command in a subprocess, as a user runs it."""
-    import os
-
     return subprocess.run(
         [sys.executable, "-m", "rankscope.cli.main", *args],
         capture_output=True,

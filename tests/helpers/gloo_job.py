@@ -10,7 +10,7 @@ import sys
 
 import ray
 
-from workers import GlooRank, form_group
+from helpers.workers import GlooRank, form_group
 
 if __name__ == "__main__":
     ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)

@@ -11,10 +11,10 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import probes_by_pid, wait_registered
+from helpers.cluster import probes_by_pid, wait_registered
+from helpers.workers import WORKER_NODE_RESOURCE, GlooRank, form_group, wait_until
 from rankscope.hang.model import RecorderSnapshot
 from rankscope.runtime.client import HubClient
-from workers import WORKER_NODE_RESOURCE, GlooRank, form_group, wait_until
 
 
 def _cli(*args: str) -> tuple[int, object]:

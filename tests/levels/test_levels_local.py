@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 import rankscope
+from helpers.workers import wait_until
 from rankscope import level
 from rankscope.config import Config
 from rankscope.debug.breakpoint import debugging_enabled
 from rankscope.errors import UserError
 from rankscope.levels.handler import answer_level
-from workers import wait_until
 
 
 @pytest.fixture(autouse=True)

@@ -17,9 +17,9 @@ import time
 import pytest
 import ray
 
-from helpers import cluster_address, run_cli, wait_registered, webhook_server
-from workers import WORKER_NODE_RESOURCE, wait_until
-from workers_logs import LogRank
+from helpers.cluster import cluster_address, run_cli, wait_registered, webhook_server
+from helpers.workers import WORKER_NODE_RESOURCE, wait_until
+from helpers.workers_logs import LogRank
 
 LOSSES = (0.52, 0.31, 0.4, 0.45)
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 import ray
-
-from helpers import cluster_address, run_cli, run_demo, wait_registered
-from workers import WORKER_NODE_RESOURCE
 from workers_memory import CHUNK, MemoryRank
+
+from helpers.cluster import cluster_address, run_cli, run_demo, wait_registered
+from helpers.workers import WORKER_NODE_RESOURCE
 
 STEPS = 60  # ten sawtooth periods: enough troughs to tell a one-off rise from a leak
 KINDS = ("steady", "leak", "sawtooth")

@@ -14,7 +14,7 @@ from torch import nn
 import rankscope
 from rankscope.memory.model import MIB
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
 
 def test_snapshot_reads_process_node_and_model():

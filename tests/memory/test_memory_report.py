@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import rankscope
-from helpers import chromium, page_requests
+from helpers.cluster import chromium, page_requests
 from rankscope.memory.model import MIB
 from rankscope.memory.report import ProcessSection, render_report
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 import rankscope
-from helpers import webhook_server
+from helpers.cluster import webhook_server
 from rankscope import level
 from rankscope.alerts.analysis import alerts_from_events
 from rankscope.alerts.model import Alert

@@ -11,11 +11,11 @@ import uuid
 
 import pytest
 import ray
+from workers_monitor import MonitoredRank
 
 import rankscope
-from helpers import cluster_address, probes_by_pid, run_cli, wait_registered, webhook_server
-from workers import WORKER_NODE_RESOURCE, form_group
-from workers_monitor import MonitoredRank
+from helpers.cluster import cluster_address, probes_by_pid, run_cli, wait_registered, webhook_server
+from helpers.workers import WORKER_NODE_RESOURCE, form_group
 
 STEPS = 80
 

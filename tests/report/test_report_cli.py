@@ -10,7 +10,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import chromium, page_requests
+from helpers.cluster import chromium, page_requests
 from rankscope.runtime.protocol import Event
 from rankscope.runtime.run_dir import append_events, write_atomically
 

@@ -12,10 +12,10 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import probes_by_pid, wait_registered
+from helpers.cluster import probes_by_pid, wait_registered
+from helpers.workers import GlooRank, wait_until
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
-from workers import GlooRank, wait_until
 
 
 def test_report_through_the_hub_names_the_dead_rank_and_reads_the_runs_reports(cluster, tmp_path):

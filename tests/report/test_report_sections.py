@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+from helpers.traces import T0 as TRACE_T0
+from helpers.traces import synthetic_job
 from rankscope.cli.output import to_json
 from rankscope.doctor.analysis import compare_environments
 from rankscope.doctor.collect import JobEnvironment
@@ -20,8 +22,6 @@ from rankscope.report.trends import monitor_data
 from rankscope.serialize import plain
 from rankscope.trace.analysis import split_collectives
 from rankscope.trace.chrome import render_trace
-from test_trace_analysis import T0 as TRACE_T0
-from test_trace_analysis import synthetic_job
 
 T0 = 1_800_000_000.0
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from helpers import cluster_address, run_cli
+from helpers.cluster import cluster_address, run_cli
 from rankscope.monitor.history import MAX_POINTS, StepHistory, file_name
 from rankscope.report.steps import series_from_docs
 

@@ -11,8 +11,8 @@ import json
 
 import ray
 
-from helpers import run_cli
-from workers import WORKER_NODE_RESOURCE, wait_until
+from helpers.cluster import run_cli
+from helpers.workers import WORKER_NODE_RESOURCE, wait_until
 
 NOTE = "pending and running tasks left out"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 
 import ray
-
 from plain_worker import PlainWorker
 
 if __name__ == "__main__":

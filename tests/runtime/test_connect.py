@@ -27,12 +27,12 @@ import pytest
 import ray
 from ray.exceptions import RayActorError
 
-from helpers import cluster_address, run_cli
+from helpers.cluster import cluster_address, run_cli
+from helpers.workers import wait_until
 from rankscope.config import Config
 from rankscope.errors import HubUnavailableError
 from rankscope.runtime.client import HUB_RESTARTING_STATES, HubClient, hub_call_error, hub_state
 from rankscope.runtime.hub import Hub, hub_options
-from workers import wait_until
 
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
 

@@ -23,14 +23,14 @@ from ray._private import ray_constants
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import probes_by_pid, wait_registered
+from helpers.cluster import probes_by_pid, wait_registered
+from helpers.workers import WORKER_NODE_RESOURCE, wait_until
 from rankscope.config import Config
 from rankscope.hang.collect import whereabouts
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.hub import find_hub
 from rankscope.runtime.liveness import NODE_SWEEP_S
 from rankscope.runtime.protocol import ProbeState
-from workers import WORKER_NODE_RESOURCE, wait_until
 
 FAULT_NODE = "rs_fault_node"
 CONFIG = Config.from_env()

@@ -11,8 +11,8 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import wait_registered
-from workers import GlooRank, wait_until
+from helpers.cluster import wait_registered
+from helpers.workers import GlooRank, wait_until
 
 
 def _group_of_two() -> tuple[list, str]:

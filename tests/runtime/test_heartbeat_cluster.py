@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import ray
 
-from helpers import probes_by_pid, wait_registered
+from helpers.cluster import probes_by_pid, wait_registered
+from helpers.workers import GlooRank, form_group, wait_until
 from rankscope.runtime.protocol import SUMMARIES_BUDGET_BYTES
-from workers import GlooRank, form_group, wait_until
 
 TEMPLATES = 60
 """Distinct lines each rank logs: more than fit in the `logs` summary's share."""

@@ -18,6 +18,7 @@ import pytest
 import ray
 
 import rankscope
+from helpers.workers import wait_until
 from rankscope.config import Config
 from rankscope.errors import UserError
 from rankscope.memory.model import RankMemoryReply
@@ -31,7 +32,6 @@ from rankscope.runtime.probe import (
 )
 from rankscope.runtime.protocol import SUMMARIES_BUDGET_BYTES, Command
 from rankscope.stacks.model import ThreadStack
-from workers import wait_until
 
 BUDGET = 0.2
 SLOW = "test_slow"
@@ -212,7 +212,7 @@ class SlowRank:
 
 
 def test_through_the_hub_late_then_light_then_busy(cluster):
-    from helpers import probes_by_pid, wait_registered
+    from helpers.cluster import probes_by_pid, wait_registered
     from rankscope.runtime.client import HubClient
 
     actor = ray.remote(num_cpus=0)(SlowRank).options(

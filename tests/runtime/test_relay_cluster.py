@@ -9,13 +9,13 @@ import time
 
 import ray
 
-from helpers import probes_by_pid, wait_registered
+from helpers.cluster import probes_by_pid, wait_registered
+from helpers.workers import WORKER_NODE_RESOURCE, GlooRank, wait_until
 from rankscope.config import hub_namespace
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState
 from rankscope.runtime.relay_actor import relay_name
 from rankscope.stacks.collect import collect_stacks
-from workers import WORKER_NODE_RESOURCE, GlooRank, wait_until
 
 DEADLINE_S = 2.0
 

@@ -15,14 +15,14 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import cluster_address, probes_by_pid, wait_registered
+from helpers.cluster import cluster_address, probes_by_pid, wait_registered
+from helpers.workers import GlooRank, wait_until
 from rankscope.config import Config
 from rankscope.context import RankContext
 from rankscope.events.render import describe_event, render_events
 from rankscope.runtime.hub import find_hub
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 from rankscope.status.render import render_status
-from workers import GlooRank, wait_until
 
 
 def test_workers_keep_training_when_the_hub_dies_and_reregister_with_a_new_one(cluster):

@@ -11,10 +11,15 @@ import ray
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from helpers import cluster_address, line_of, probes_by_pid, run_cli, seen_in, wait_registered
-from rankscope.runtime.protocol import ProbeState
-from rankscope.stacks.analysis import LONG_WAIT_S
-from workers import (
+from helpers.cluster import (
+    cluster_address,
+    line_of,
+    probes_by_pid,
+    run_cli,
+    seen_in,
+    wait_registered,
+)
+from helpers.workers import (
     WORKER_NODE_RESOURCE,
     GlooRank,
     form_group,
@@ -22,6 +27,8 @@ from workers import (
     wait_for_data,
     wait_until,
 )
+from rankscope.runtime.protocol import ProbeState
+from rankscope.stacks.analysis import LONG_WAIT_S
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from collections import defaultdict
 
 import ray
 import torch
+from test_trace_analysis import trace_problems
 
 import rankscope
-from helpers import cluster_address, run_cli
+from helpers.cluster import cluster_address, run_cli
+from helpers.workers import WORKER_NODE_RESOURCE, wait_until
 from rankscope.runtime.client import HubClient
-from test_trace_analysis import trace_problems
-from workers import WORKER_NODE_RESOURCE, wait_until
 
 JOB = textwrap.dedent(
     """
