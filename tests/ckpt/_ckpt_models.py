@@ -38,6 +38,17 @@ def save(model: torch.nn.Module, path: str, *, shard: str | None = None) -> str:
     return os.fspath(path)
 
 
+def safetensors_state(folder: str) -> dict[str, torch.Tensor]:
+    """Every tensor of the folder's .safetensors files, by name."""
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            out.update(load_file(os.path.join(folder, name)))
+    return out
+
+
 # ----------------------------------------------------------------- megatron-core's own view
 # Run in a subprocess (`python -c`): megatron-core needs a process group and parallel state, and
 # importing it registers its classes as torch safe globals for the whole process.

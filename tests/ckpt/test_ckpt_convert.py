@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from _ckpt_models import make_model, save
+from _ckpt_models import make_model, safetensors_state, save
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -25,14 +25,6 @@ def models(tmp_path_factory):
         "qwen2": save(make_model("qwen2", seed=2), root / "qwen2"),
         "tied": save(make_model("llama", tied=True, seed=3), root / "tied"),
     }
-
-
-def _state(folder):
-    out = {}
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".safetensors"):
-            out.update(load_file(os.path.join(folder, name)))
-    return out
 
 
 @pytest.mark.parametrize(("kind", "tp"), [("llama", 1), ("qwen2", 2), ("tied", 2)])
@@ -53,7 +45,7 @@ def test_round_trip_is_bit_exact_and_logits_equal(models, tmp_path, kind, tp):
     assert there.tp_size == tp and len(there.files) == tp
     assert sorted(os.listdir(mcore)) == ["config.json"] + [f"mp_rank_{r:02d}" for r in range(tp)]
     convert("mcore-to-hf", mcore, back, model_type=model_type, verify=True)
-    original, returned = _state(models[kind]), _state(back)
+    original, returned = safetensors_state(models[kind]), safetensors_state(back)
     assert original.keys() == returned.keys()
     for name, tensor in original.items():
         assert torch.equal(tensor.view(torch.uint8), returned[name].view(torch.uint8)), name
@@ -67,7 +59,7 @@ def test_round_trip_is_bit_exact_and_logits_equal(models, tmp_path, kind, tp):
 def test_megatron_layout_and_tp_split(models, tmp_path):
     out = str(tmp_path / "mcore")
     convert("hf-to-mcore", models["qwen2"], out, model_type="qwen2", tp=2, fmt="rankscope")
-    hf = _state(models["qwen2"])
+    hf = safetensors_state(models["qwen2"])
     dims = dims_from_config(read_config(os.path.join(models["qwen2"], "config.json")), path="c")
     ranks = [load_file(os.path.join(out, f"mp_rank_{r:02d}", "model.safetensors")) for r in (0, 1)]
     p = "decoder.layers.0."

@@ -16,8 +16,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from _ckpt_models import make_model, make_moe, run_megatron_checks, save
-from safetensors.torch import load_file
+from _ckpt_models import make_model, make_moe, run_megatron_checks, safetensors_state, save
 from typer.testing import CliRunner
 
 from rankscope.ckpt import ExplanationKind, SourceKind, convert, diff, inspect
@@ -34,14 +33,6 @@ def hf(tmp_path_factory):
         "qwen2_moe": make_moe(root / "qwen2_moe", "qwen2_moe"),
         "mixtral": make_moe(root / "mixtral", "mixtral"),
     }
-
-
-def _state(folder):
-    out = {}
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".safetensors"):
-            out.update(load_file(os.path.join(folder, name)))
-    return out
 
 
 def _digest(folder):
@@ -98,7 +89,7 @@ def test_megatron_core_reads_and_loads_what_we_write(hf, tmp_path):
         dcp.load(theirs, storage_reader=dcp.FileSystemReader(llama), no_dist=True)
         assert torch.equal(theirs[key], ours.full(key)), key
     emb = ours.full("embedding.word_embeddings.weight")
-    assert torch.equal(emb[:128], _state(hf["llama"])["model.embed_tokens.weight"])
+    assert torch.equal(emb[:128], safetensors_state(hf["llama"])["model.embed_tokens.weight"])
     assert not emb[128:].any()  # padding rows are zeros
 
 
@@ -108,7 +99,7 @@ def test_mcore_to_hf_from_torch_dist_gives_the_same_logits(hf, tmp_path):
     dist, back = str(tmp_path / "dist"), str(tmp_path / "back")
     convert("hf-to-mcore", hf["llama"], dist, tp=2, vocab_divisible_by=48)
     convert("mcore-to-hf", dist, back, verify=True)
-    original, returned = _state(hf["llama"]), _state(back)
+    original, returned = safetensors_state(hf["llama"]), safetensors_state(back)
     assert original.keys() == returned.keys()
     for name, tensor in original.items():
         assert torch.equal(tensor, returned[name]), name  # padded rows dropped
@@ -217,7 +208,7 @@ def test_legacy_megatron_files_read_safely_with_stages_and_extra_state(hf, tmp_p
     assert not [e for e in result.explanations if e.kind is ExplanationKind.EXTRA]
     back = str(tmp_path / "back")
     convert("mcore-to-hf", out, back, verify=True)
-    original, returned = _state(hf["qwen2"]), _state(back)
+    original, returned = safetensors_state(hf["qwen2"]), safetensors_state(back)
     assert original.keys() == returned.keys()
     assert all(torch.equal(original[k], returned[k]) for k in original)
 
@@ -277,12 +268,12 @@ def test_fewer_kv_heads_than_tp_ranks(hf, tmp_path):
     key = "decoder.layers.self_attention.linear_qkv.weight"
     # each rank holds an even quarter of the global fused rows: half a key-value group
     assert [c.sizes for c in reader.meta.tensors[key].chunks[:4]] == [(1, 32, 64)] * 4
-    hf_state = _state(hf["llama"])
+    hf_state = safetensors_state(hf["llama"])
     q, k, v = (hf_state[f"model.layers.0.self_attn.{n}_proj.weight"] for n in "qkv")
     group0 = torch.cat([q[:32], k[:16], v[:16]])  # query heads 0-1, key 0, value 0
     assert torch.equal(reader.layer(key, 0)[:64], group0)
     convert("mcore-to-hf", out, back, verify=True)
-    assert all(torch.equal(t, _state(back)[n]) for n, t in hf_state.items())
+    assert all(torch.equal(t, safetensors_state(back)[n]) for n, t in hf_state.items())
 
 
 @pytest.mark.parametrize("kind", ["qwen2_moe", "mixtral"])
@@ -297,7 +288,7 @@ def test_mixture_of_experts_round_trip_and_logits(hf, tmp_path, kind):
     assert "decoder.layers.0.mlp.experts.local_experts.3.linear_fc2.weight" in layer0
     assert ("decoder.layers.0.mlp.shared_experts.gate_weight" in layer0) is (kind == "qwen2_moe")
     convert("mcore-to-hf", dist, back, verify=True)
-    original, returned = _state(hf[kind]), _state(back)
+    original, returned = safetensors_state(hf[kind]), safetensors_state(back)
     assert original.keys() == returned.keys()
     assert all(torch.equal(original[k], returned[k]) for k in original)
     tokens = torch.tensor([[1, 5, 9, 77, 3]])

@@ -14,42 +14,34 @@ from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
 from helpers.cluster import cluster_address, probes_by_pid, run_cli
+from helpers.errors import one_clear_line
 from helpers.workers import wait_until
 from rankscope.context import get_context
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, Progress
 
 
-def _one_clear_line(result, *fragments: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
-
 def test_bad_rank_spec():
     result = run_cli("stacks", "--ranks", "0,3-x")
-    _one_clear_line(result, "--ranks '0,3-x'", "'3-x' is not a rank or a range", "0,3-5")
+    one_clear_line(result, "--ranks '0,3-x'", "'3-x' is not a rank or a range", "0,3-5")
 
 
 def test_unreachable_address():
     result = run_cli("status", "--address", "127.0.0.1:9")
-    _one_clear_line(result, "cannot reach a Ray cluster at 127.0.0.1:9")
+    one_clear_line(result, "cannot reach a Ray cluster at 127.0.0.1:9")
 
 
 @pytest.mark.before_cluster
 def test_no_cluster_running_says_how_to_point_at_one():
     with tempfile.TemporaryDirectory(prefix="rs-none-", dir="/tmp") as empty:
         result = run_cli("stacks", env={"RAY_TMPDIR": empty})
-    _one_clear_line(result, "no Ray cluster is running", "--address", "RAY_ADDRESS")
+    one_clear_line(result, "no Ray cluster is running", "--address", "RAY_ADDRESS")
 
 
 def test_no_hub(cluster):
     result = run_cli(
         "status", "--address", cluster_address(), env={"RANKSCOPE_NAMESPACE": "nobody-here"}
     )
-    _one_clear_line(result, "no rankscope hub on this cluster", "rankscope.setup_worker")
+    one_clear_line(result, "no rankscope hub on this cluster", "rankscope.setup_worker")
 
 
 def test_debug_shows_the_traceback():

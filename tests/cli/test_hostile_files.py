@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
+from helpers.errors import one_line_exit_2
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -32,17 +33,6 @@ def _run(*args: str):
     return CliRunner().invoke(cli.app, list(args))
 
 
-def _one_line_exit_2(result, *fragments: str) -> str:
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.strip().split("\n") if line.startswith("rankscope")]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("rankscope: error: "), lines[0]
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
-
-
 @pytest.fixture
 def good(tmp_path):
     path = tmp_path / "good.safetensors"
@@ -54,7 +44,7 @@ def good(tmp_path):
 def test_truncated_safetensors(tmp_path, good, cut):
     path = tmp_path / "t.safetensors"
     path.write_bytes(good[: cut if cut >= 0 else len(good) - 1])
-    _one_line_exit_2(_run("ckpt", "inspect", str(path)), str(path))
+    one_line_exit_2(_run("ckpt", "inspect", str(path)), str(path))
 
 
 @pytest.mark.parametrize(
@@ -73,14 +63,14 @@ def test_corrupted_safetensors(tmp_path, good, damage):
     result = _run("ckpt", "inspect", str(path))
     if result.exit_code == 0:  # a header that still reads: it must at least not crash
         return
-    _one_line_exit_2(result, str(path))
+    one_line_exit_2(result, str(path))
 
 
 def test_ckpt_diff_of_a_truncated_file(tmp_path, good):
     ok, bad = tmp_path / "ok.safetensors", tmp_path / "bad.safetensors"
     ok.write_bytes(good)
     bad.write_bytes(good[:20])
-    _one_line_exit_2(_run("ckpt", "diff", str(ok), str(bad)), str(bad))
+    one_line_exit_2(_run("ckpt", "diff", str(ok), str(bad)), str(bad))
 
 
 @pytest.mark.parametrize("layout", ["zip", "plain"])
@@ -94,8 +84,8 @@ def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path, layo
             z.writestr("archive/version", "3\n")
     else:
         path.write_bytes(payload)
-    _one_line_exit_2(_run("ckpt", "inspect", str(path)), str(path))
-    _one_line_exit_2(_run("ckpt", "diff", str(path), str(path)), str(path))
+    one_line_exit_2(_run("ckpt", "inspect", str(path)), str(path))
+    one_line_exit_2(_run("ckpt", "diff", str(path), str(path)), str(path))
     assert not marker.exists(), "code from a pickle ran"
 
 
@@ -106,7 +96,7 @@ def test_a_truncated_torch_file(tmp_path):
     for cut in (10, len(data) // 2, len(data) - 5):
         path = tmp_path / f"t{cut}.bin"
         path.write_bytes(data[:cut])
-        _one_line_exit_2(_run("ckpt", "inspect", str(path)), str(path))
+        one_line_exit_2(_run("ckpt", "inspect", str(path)), str(path))
 
 
 def _run_dir(tmp_path, files: dict[str, bytes]) -> str:
@@ -136,7 +126,7 @@ def test_broken_run_directories(tmp_path, files):
     result = _run("report", job_dir, "-o", str(out))
     assert "Traceback" not in result.output
     if result.exit_code == 2:  # refused in one line, nothing written
-        _one_line_exit_2(result)
+        one_line_exit_2(result)
         assert not out.exists()
     else:  # or a page that leaves out what it cannot read
         assert result.exit_code in (0, 1), result.output

@@ -28,6 +28,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from helpers.cluster import cluster_address, run_cli
+from helpers.errors import one_clear_line
 from helpers.workers import wait_until
 from rankscope.config import Config
 from rankscope.errors import HubUnavailableError
@@ -113,14 +114,6 @@ def cli(monkeypatch):
     return run_cli
 
 
-def _one_clear_line(result, *fragments: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr  # no C++ warnings from Ray's retries
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
-
 def _answers_with_its_probe(result, token_cluster: TokenCluster) -> None:
     assert result.returncode in (0, 1), (result.stdout, result.stderr)
     jobs = json.loads(result.stdout)["data"]
@@ -148,7 +141,7 @@ def test_the_local_cluster_found_by_itself(token_cluster, cli):
 
 def test_no_token_says_where_to_get_one(token_cluster, cli, tmp_path):
     result = cli("status", "--address", token_cluster.address, env={"HOME": str(tmp_path)})
-    _one_clear_line(
+    one_clear_line(
         result,
         f"the cluster at {token_cluster.address} requires a token",
         "copy ~/.ray/auth_token from its head node",
@@ -159,7 +152,7 @@ def test_no_token_says_where_to_get_one(token_cluster, cli, tmp_path):
 def test_a_wrong_token_in_RAY_AUTH_TOKEN_is_named(token_cluster, cli):
     env = {"HOME": token_cluster.home, "RAY_AUTH_TOKEN": "not-the-token"}
     result = cli("status", "--address", token_cluster.address, env=env)
-    _one_clear_line(
+    one_clear_line(
         result,
         f"the cluster at {token_cluster.address} refused the token from RAY_AUTH_TOKEN:",
         "set RAY_AUTH_TOKEN to the cluster's token",
@@ -172,20 +165,20 @@ def test_a_wrong_token_file_in_RAY_AUTH_TOKEN_PATH_is_named(token_cluster, cli, 
     wrong.write_text("not-the-token\n")
     env = {"HOME": token_cluster.home, "RAY_AUTH_TOKEN_PATH": str(wrong)}
     result = cli("status", "--address", token_cluster.address, env=env)
-    _one_clear_line(result, f"refused the token from RAY_AUTH_TOKEN_PATH ({wrong})")
+    one_clear_line(result, f"refused the token from RAY_AUTH_TOKEN_PATH ({wrong})")
 
 
 def test_an_unreadable_RAY_AUTH_TOKEN_PATH_is_named(token_cluster, cli, tmp_path):
     missing = tmp_path / "no-such-file"
     env = {"HOME": token_cluster.home, "RAY_AUTH_TOKEN_PATH": str(missing)}
     result = cli("status", "--address", token_cluster.address, env=env)
-    _one_clear_line(result, f"RAY_AUTH_TOKEN_PATH={missing} cannot be read or is empty")
+    one_clear_line(result, f"RAY_AUTH_TOKEN_PATH={missing} cannot be read or is empty")
 
 
 def test_RAY_AUTH_MODE_disabled_wins_and_says_so(token_cluster, cli):
     env = {"HOME": token_cluster.home, "RAY_AUTH_MODE": "disabled"}
     result = cli("status", "--address", token_cluster.address, env=env)
-    _one_clear_line(result, "requires a token, but RAY_AUTH_MODE='disabled' here")
+    one_clear_line(result, "requires a token, but RAY_AUTH_MODE='disabled' here")
 
 
 def test_a_cluster_without_auth_is_joined_without_a_token(hub, token_cluster, cli):
@@ -230,7 +223,7 @@ def test_a_cli_call_to_a_restarting_hub_says_so(cluster, cli, monkeypatch, tmp_p
     ray.kill(handle, no_restart=False)
     try:
         result = cli("status", "--address", cluster_address())
-        _one_clear_line(result, "the rankscope hub is restarting; try again in a few seconds")
+        one_clear_line(result, "the rankscope hub is restarting; try again in a few seconds")
     finally:
         hold.unlink()
         wait_until(lambda: hub_state(handle) == "ALIVE", timeout=60, what="the hub's restart")
