@@ -1,7 +1,7 @@
 """The real clients, unchanged, with rankscope installed by the setup hook only.
 
 verl 0.9.1's single controller (RayResourcePool + RayWorkerGroup of a Worker subclass) and Ray
-Train's TorchTrainer, 4 CPU ranks on gloo each (tests/real_job.py, tests/real_clients.py).
+Train's TorchTrainer, 4 CPU ranks on gloo each (real_job.py, real_clients.py beside this file).
 Rank 2 stalls before the 3rd all_reduce: `hang` and `stacks` must name it and its line (Ray
 Train runs the loop in its own thread, not the main thread). Then rank 2 exits: the others'
 all_reduce fails, the client tears the group down, and rankscope must say that they failed

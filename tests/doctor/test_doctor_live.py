@@ -1,5 +1,6 @@
 """`rankscope doctor` beside a live job: the by-GPU and pending views as checks (pure part;
-the live cluster with declared GPUs and a dashboard is tests/test_resources_cluster.py's)."""
+the live cluster with declared GPUs and a dashboard is
+tests/resources/test_resources_cluster.py's)."""
 
 from __future__ import annotations
 

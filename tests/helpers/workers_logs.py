@@ -1,4 +1,4 @@
-"""Ranks that log through `DistributedLogger`, for tests/test_logs_cluster.py."""
+"""Ranks that log through `DistributedLogger`, for the logs and alerts cluster tests."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """why-pending, the allocator and `memory --by-gpu` on a real cluster with declared GPUs.
 
 The state API lives in Ray's dashboard, which the session cluster (tests/conftest.py) runs
-without (why-pending there reads the GCS: tests/test_why_pending_gcs.py), and these scenarios
-need declared GPUs, labels and Ray's tasks. So this file is also a script: the
+without (why-pending there reads the GCS: tests/resources/test_why_pending_gcs.py), and these
+scenarios need declared GPUs, labels and Ray's tasks. So this file is also a script: the
 module fixture runs it in a subprocess with its own RAY_TMPDIR, where it starts its own
 three-node cluster (a head with the dashboard, a 2-GPU `node_type=gpu_highmem` node, a 1-GPU
 node; no real GPUs), plays every scenario once, runs the CLI against it and writes what it saw
