@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests keep Ray's files in a temp dir and never report usage.
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: demo test lint bench bench-incidents clean
+.PHONY: demo test check lint bench bench-incidents clean
 
 $(STAMP): pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest -q
+
+# The inner loop: lint, types and the pure tests, which start no Ray (conftest.py marks the rest).
+check: lint
+	$(BIN)/pytest -q -m "not ray"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
