@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests keep Ray's files in a temp dir and never report usage.
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: demo test lint bench bench-incidents clean
+.PHONY: demo test check check-pure-slow check-pure-rest lint bench bench-incidents clean
 
 $(STAMP): pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,18 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest -q
+
+# The inner loop: lint, types and the pure tests, which start no Ray (conftest.py marks the
+# rest), in two pytest processes at once, one per core: the slowest folders, and all the others.
+PURE_SLOW := tests/ckpt tests/cli tests/trace tests/hang
+check: lint
+	@$(MAKE) --no-print-directory -j2 --output-sync=target check-pure-slow check-pure-rest
+
+check-pure-slow: $(STAMP)
+	$(BIN)/pytest -q -m "not ray" $(PURE_SLOW)
+
+check-pure-rest: $(STAMP)
+	$(BIN)/pytest -q -m "not ray" tests $(addprefix --ignore=,$(PURE_SLOW))
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -1,11 +1,20 @@
-"""One real Ray cluster (two nodes) for the whole session; Ray's files under a temp dir."""
+"""One real Ray cluster (two nodes) for the whole session; Ray's files under a temp dir.
+
+Tests that start no Ray form the pure tier (`pytest -m "not ray"`, `make check`): a test that
+uses the `cluster` fixture, or sits in a module whose source starts Ray another way, is marked
+`ray` here, so nobody has to remember the marker; only a test that starts Ray where its source
+does not show it carries `@pytest.mark.ray` itself. A test left unmarked that initializes Ray
+in this process fails.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 # Before Ray is imported anywhere: these reach every worker the cluster starts.
 _RAY_TMP = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
@@ -15,32 +24,80 @@ os.environ["RANKSCOPE_HEARTBEAT_INTERVAL"] = "0.25"
 os.environ["RANKSCOPE_DEAD_AFTER"] = "2"
 os.environ["RANKSCOPE_RUN_DIR"] = os.path.join(_RAY_TMP, "runs")
 os.environ.pop("RAY_ADDRESS", None)
-# Actors are defined in tests/workers.py: let the cluster's workers import it.
+# Workers import the code their actors run by module name: the shared `helpers.workers` (from
+# tests/) and, for an actor a test module defines, that module's name. pytest imports a test
+# file by its basename from its own folder (so basenames stay unique across folders): every
+# folder that holds test files goes on the workers' path too.
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+_TEST_FOLDERS = sorted(str(d) for d in Path(_TESTS_DIR).iterdir() if any(d.glob("test_*.py")))
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (_TESTS_DIR, os.environ.get("PYTHONPATH")) if p
+    p for p in (_TESTS_DIR, *_TEST_FOLDERS, os.environ.get("PYTHONPATH")) if p
 )
+
+# In this process Ray starts only where a test asks for it (`ray.init`, the `cluster` fixture),
+# never as a side effect of a Ray call (`ray.get_actor` starts a local cluster when none is up):
+# Ray reads the switch once, at import, and the workers and subprocesses never see it.
+_AUTO_CONNECT = os.environ.get("RAY_ENABLE_AUTO_CONNECT")
+os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
+import ray  # noqa: E402
+
+if _AUTO_CONNECT is None:
+    del os.environ["RAY_ENABLE_AUTO_CONNECT"]
+else:
+    os.environ["RAY_ENABLE_AUTO_CONNECT"] = _AUTO_CONNECT
 
 import pytest  # noqa: E402
 
-from workers import WORKER_NODE_RESOURCE  # noqa: E402
+from helpers.workers import WORKER_NODE_RESOURCE  # noqa: E402
+
+# Source that starts Ray without the session's `cluster` fixture: a cluster of its own
+# (`Cluster(...)`, `ray.init(...)`, here or in a script it runs) or `rankscope demo`'s.
+_STARTS_RAY = re.compile(r"\bray\.init\(|\bCluster\(|\brun_demo\(|\bray start\b")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "before_cluster: needs no Ray cluster on this machine; runs first"
     )
+    config.addinivalue_line(
+        "markers", "ray: starts Ray (set by conftest.py); the pure tier is -m 'not ray'"
+    )
+
+
+def _starts_ray(item: pytest.Item, sources: dict[Path, bool]) -> bool:
+    if "cluster" in getattr(item, "fixturenames", ()):
+        return True
+    path = Path(item.path)
+    if path not in sources:
+        sources[path] = bool(_STARTS_RAY.search(path.read_text()))
+    return sources[path]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Ray finds any running cluster on the machine: tests of "no cluster" run before ours."""
+    """Marks the tests that start Ray; tests of "no cluster" run before ours (Ray finds any
+    running cluster on the machine)."""
+    sources: dict[Path, bool] = {}
+    for item in items:
+        if _starts_ray(item, sources):
+            item.add_marker(pytest.mark.ray)
     items.sort(key=lambda item: item.get_closest_marker("before_cluster") is None)
+
+
+@pytest.fixture(autouse=True)
+def _pure_tests_start_no_ray(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test left unmarked that started Ray in this process fails, naming the way out."""
+    was_up = ray.is_initialized()
+    yield
+    if not was_up and ray.is_initialized() and not request.node.get_closest_marker("ray"):
+        pytest.fail(
+            f"{request.node.nodeid} started Ray without the `cluster` fixture: mark it "
+            "@pytest.mark.ray (or teach conftest.py's _STARTS_RAY), so the pure tier leaves it out"
+        )
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[object]:
     """A head node and a worker node (tagged with a custom resource) on this machine."""
-    import ray
     from ray.cluster_utils import Cluster
 
     c = Cluster(
@@ -67,8 +124,6 @@ def cluster() -> Iterator[object]:
 @pytest.fixture
 def hub(cluster):
     """The cluster's hub, started the way a probe starts it when none is running yet."""
-    import ray
-
     from rankscope.config import Config
     from rankscope.runtime.hub import get_or_create_hub
 
@@ -80,7 +135,7 @@ def hub(cluster):
 @pytest.fixture
 def chromium_present() -> None:
     """Skips without Chromium on a laptop; fails in CI, where .ci/run installs it."""
-    from helpers import CHROMIUM
+    from helpers.cluster import CHROMIUM
 
     if os.path.exists(CHROMIUM):
         return

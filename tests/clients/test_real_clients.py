@@ -1,0 +1,229 @@
+"""The real clients, unchanged, with rankscope installed by the setup hook only.
+
+verl 0.9.1's single controller (RayResourcePool + RayWorkerGroup of a Worker subclass) and Ray
+Train's TorchTrainer, 4 CPU ranks on gloo each (real_job.py, real_clients.py beside this file).
+Rank 2 stalls before the 3rd all_reduce: `hang` and `stacks` must name it and its line (Ray
+Train runs the loop in its own thread, not the main thread). Then rank 2 exits: the others'
+all_reduce fails, the client tears the group down, and rankscope must say that they failed
+(not "never entered") and that rank 2 died first. When rank 2 raises instead, its exception
+reaches the hub before the client tears the group down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from real_clients import train_steps, wait_for_release
+
+from helpers.cluster import cluster_address, run_cli, seen_in
+from helpers.workers import wait_until
+from rankscope.runtime.client import HubClient
+from rankscope.runtime.protocol import ProbeState
+
+JOB = os.path.join(os.path.dirname(__file__), "real_job.py")
+STALLED = 2
+
+
+def _start_job(client: str, mode: str, release: str) -> tuple[str, subprocess.Popen]:
+    driver = subprocess.Popen(
+        [sys.executable, JOB, cluster_address(), client, str(STALLED), release, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert driver.stdout is not None
+    return driver.stdout.readline().strip(), driver
+
+
+def _finish(release: str, driver: subprocess.Popen) -> None:
+    if not os.path.exists(release):
+        with open(release, "w") as f:
+            f.write("go")
+    try:
+        driver.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+
+
+@pytest.fixture(params=["verl", "train"])
+def stalled_job(request, cluster, hub, tmp_path) -> Iterator[tuple[str, str, subprocess.Popen]]:
+    """A job of the client whose rank 2 waits for `release`; yields (job id, release, driver)."""
+    release = str(tmp_path / "release")
+    job_id, driver = _start_job(request.param, "stall", release)
+    try:
+        yield job_id, release, driver
+    finally:
+        _finish(release, driver)
+
+
+@pytest.fixture(params=["verl", "train"])
+def straggling_job(request, cluster, hub, tmp_path) -> Iterator[str]:
+    """A job of the client whose rank 2 computes 50 ms more a step; yields its job id."""
+    stop = str(tmp_path / "stop")
+    job_id, driver = _start_job(request.param, "straggle", stop)
+    try:
+        yield job_id
+    finally:
+        _finish(stop, driver)
+
+
+def _json(*args: str) -> tuple[int, object]:
+    result = run_cli(*args, "--json", "--address", cluster_address())
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    return result.returncode, json.loads(result.stdout)["data"]
+
+
+def _diagnosis(job_id: str) -> dict:
+    """`rankscope report --json`'s diagnosis: the verdict as data."""
+    _, report = _json("report", "--job", job_id)
+    assert isinstance(report, dict) and report["diagnosis"] is not None, report
+    return report["diagnosis"]
+
+
+def _findings(job_id: str, kind: str) -> list[dict]:
+    _, reports = _json("hang", "--job", job_id, "--min-wait", "0.5")
+    return [f for r in reports for f in r["findings"] if f["kind"] == kind]  # type: ignore[union-attr]
+
+
+@pytest.mark.timeout(300)  # two `report`s, each a whole live snapshot, on top of the client
+def test_stall_then_death_are_named_on_the_real_client(stalled_job):
+    job_id, release, driver = stalled_job
+    wait_until(
+        lambda: sum(p.context.rank is not None for p in HubClient.attach().probes(job_id)) == 4,
+        timeout=120,
+        what="the client's four ranks to register",
+    )
+    [hang] = wait_until(lambda: _findings(job_id, "hang"), timeout=120, what="the stall")
+    where = seen_in(wait_for_release, "real_clients.py")
+    assert hang["ranks"] == [STALLED]
+    assert "ranks 0,1,3 wait in all_reduce #3 (float32[8])" in hang["message"]
+    assert re.search(
+        f"rank 2 never entered #3, its last completed collective is #2; rank 2 is in {where}",
+        hang["message"],
+    ), hang["message"]
+    stacks = run_cli("stacks", "--job", job_id, "--address", cluster_address())
+    assert re.search(f"rank 2: {where}", stacks.stdout), stacks.stdout
+    blind = _diagnosis(job_id)  # the one command a user who does not know what is wrong runs
+    assert (blind["kind"], blind["ranks"]) == ("hang", [STALLED]), blind
+    assert re.fullmatch(where.rsplit(" ", 1)[-1], blind["where"]), blind  # its file:line
+
+    with open(release, "w") as f:
+        f.write("die")
+
+    def all_dead() -> bool:
+        ranked = [p for p in HubClient.attach().probes(job_id) if p.context.rank is not None]
+        return all(p.state == ProbeState.DEAD for p in ranked)
+
+    wait_until(all_dead, timeout=120, what="the client to tear the group down")
+    [failed] = _findings(job_id, "failed")
+    # the ranks whose all_reduce raised before the client killed them (one may die inside it)
+    assert re.match(
+        r"group 0 \(4 ranks\): ranks? [013,]+ failed in all_reduce #3 \(float32\[8\]\): "
+        r"Connection closed by peer",
+        failed["message"],
+    ), failed["message"]
+    assert "rank 2 never entered #3" in failed["message"] and failed["ranks"] == [STALLED]
+    assert not _findings(job_id, "hang")
+    [first] = _findings(job_id, "first_death")
+    assert first["ranks"] == [STALLED] and first["message"].startswith("rank 2 died first")
+    code, status = _json("status", "--job", job_id)
+    assert code == 1
+    assert status[job_id]["first_death"].startswith("rank 2 died first")  # type: ignore[index]
+    blind = _diagnosis(job_id)
+    assert (blind["kind"], blind["ranks"], blind["culprit"]) == ("death", [STALLED], "rank 2")
+    assert blind["sentence"].startswith("rank 2 died first: "), blind
+    driver.communicate(timeout=120)
+
+
+def test_trace_and_logs_name_the_straggler_on_the_real_client(straggling_job, tmp_path):
+    """No rankscope call in the user's code: the trace scores the ranks from the collectives
+    the recorder saw, and the logs come from the workers' own stdout, tagged with the rank."""
+    job_id = straggling_job
+    wait_until(
+        lambda: sum(p.context.rank is not None for p in HubClient.attach().probes(job_id)) == 4,
+        timeout=120,
+        what="the client's four ranks to register",
+    )
+    out = tmp_path / "trace.json"
+    traced = run_cli(
+        "trace", "--job", job_id, "--duration", "4s", "-o", str(out), "--json",
+        "--address", cluster_address(),
+    )  # fmt: skip
+    assert traced.returncode == 1, traced.stdout + traced.stderr  # a straggler is a finding
+    data = json.loads(traced.stdout)["data"]
+    named = [s for s in data["stragglers"] if s["is_straggler"]]
+    assert [s["rank"] for s in named] == [STALLED], data["stragglers"]
+    rows = {r["rank"]: r for r in data["ranks"]}
+    assert all(rows[r]["wait_share"] > rows[STALLED]["wait_share"] + 0.2 for r in (0, 1, 3))
+
+    code, jobs = _json("monitor", "--job", job_id)
+    assert code == 1  # the straggler is a finding
+    found = [f for j in jobs for f in j["findings"] if f["kind"] == "straggler"]  # type: ignore[union-attr]
+    assert [f["ranks"] for f in found] == [[STALLED]], found
+
+    def straggler_alert() -> list[dict]:  # raised by the group's judge, no CLI asking
+        _, results = _json("alerts", "--job", job_id)
+        return [
+            a
+            for r in results  # type: ignore[union-attr]
+            for a in r["alerts"]
+            if a["rule"] == "straggler" and a["rank"] == STALLED
+        ]
+
+    wait_until(straggler_alert, timeout=60, what="the judge's straggler alert")
+
+    logs = run_cli(
+        "logs", "--job", job_id, "--grep", "loss=", "--address", cluster_address(),
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert logs.returncode == 0, logs.stderr
+    assert re.search(r"ranks 0-3: step \S+ loss=0\.500\.\.0\.530", logs.stdout), logs.stdout
+
+
+def _raise_line() -> int:
+    import inspect
+
+    lines, first = inspect.getsourcelines(train_steps)
+    return first + next(
+        i for i, line in enumerate(lines) if 'raise ValueError("bad batch")' in line
+    )
+
+
+@pytest.mark.parametrize("client", ["verl", "train"])
+def test_an_exception_on_one_rank_reaches_the_hub_before_the_teardown(
+    client, cluster, hub, tmp_path
+):
+    """Rank 2's user code raises while ranks 0, 1, 3 wait for it in all_reduce; the client
+    (verl's driver, Ray Train's controller) then kills the group within seconds."""
+    release = str(tmp_path / "release")
+    with open(release, "w") as f:
+        f.write("raise")
+    job_id, driver = _start_job(client, "stall", release)
+    out, _ = driver.communicate(timeout=120)
+    assert out.strip().startswith("failed:"), out
+
+    def recorded() -> list[dict]:
+        events = HubClient.attach().events(job_id, ["task_error"], limit=50)
+        return [e["payload"] for e in events if e["payload"].get("rank") == STALLED]
+
+    [error] = wait_until(recorded, timeout=10, what="rank 2's task_error")
+    assert (error["exc_type"], error["message"]) == ("ValueError", "bad batch")
+    assert error["where"] == f"real_clients.py:{_raise_line()}"
+    assert error["function"] == "train_steps" and not error["echo"]
+    assert error["via"] == ("ray_task" if client == "verl" else "ray_train")
+    assert error["task"] == ("TrainWorker.train" if client == "verl" else "ray_train_loop")
+    blind = _diagnosis(job_id)  # after the teardown: the exception, not the deaths it caused
+    assert (blind["kind"], blind["ranks"], blind["where"]) == (
+        "exception",
+        [STALLED],
+        f"real_clients.py:{_raise_line()}",
+    ), blind
+    assert blind["sentence"].startswith(
+        f"rank 2 raised ValueError: bad batch (real_clients.py:{_raise_line()})"
+    ), blind
