@@ -49,14 +49,23 @@ def test_a_pool_worker_raises_nothing_and_the_hook_gives_the_event():
     assert kind == "alert" and payload["rule"] == "death" and payload["rank"] == 1
 
 
-def test_a_rank_torn_down_before_the_hub_marked_the_silent_one_is_no_first_death():
-    """Rank 2 was SIGKILL-ed; Ray ended rank 3 seconds later and the hub learnt of that first."""
+def test_a_rank_torn_down_before_the_hub_marked_the_silent_one_names_the_silent_one():
+    """Rank 2 was SIGKILL-ed or lost its node; its peer rank 3 died seconds later and the hub
+    learnt of that first: the alert names rank 2 then, and not again once rank 2 is proven
+    dead."""
     silent = _probe(2, ProbeState.ALIVE, seen=NOW - 5)  # its liveness check still runs
     torn_down = _probe(3, ProbeState.DEAD, seen=NOW - 1)
     job = [_probe(0), _probe(1), silent, torn_down]
-    assert first_death_alert(torn_down, job, NOW, heartbeat_s=1.0) is None
-    killed = _probe(2, ProbeState.DEAD, seen=NOW - 5)
-    alert = first_death_alert(killed, [_probe(0), _probe(1), killed, torn_down], NOW)
-    assert alert is not None and alert.rank == 2
+    alert = first_death_alert(torn_down, job, NOW, heartbeat_s=1.0)
+    assert alert is not None and (alert.rank, alert.pid) == (2, 102)
+    assert alert.message.startswith(
+        "rank 2 went silent (pid 102 on 10.0.0.1): no heartbeat for 4 s before rank 3 died: "
+        "its process or its node is gone"
+    )
     late = _probe(2, ProbeState.ALIVE, seen=NOW - 1.5)  # one heartbeat late is not silent
-    assert first_death_alert(torn_down, [_probe(0), late, torn_down], NOW, 1.0) is not None
+    alert = first_death_alert(torn_down, [_probe(0), late, torn_down], NOW, 1.0)
+    assert alert is not None and alert.rank == 3
+    [(_, payload)] = on_death(torn_down, job)  # the hub's hook: rank 2 named now ...
+    assert payload["rank"] == 2
+    proven = _probe(2, ProbeState.DEAD, seen=NOW - 5, reason="node gone: Ray declared it dead")
+    assert on_death(proven, [_probe(0), _probe(1), proven, torn_down]) == []  # ... and once

@@ -146,6 +146,48 @@ def test_a_death_beats_the_failed_collectives_it_caused():
     assert d.sentence.startswith("rank 1 is dead: Ray: worker died (SYSTEM_ERROR): killed by")
 
 
+def test_a_rank_gone_with_its_node_is_named_before_the_peers_it_took_down():
+    """A lost node: its rank falls silent at once, but the hub proves it dead only once Ray
+    declares the node dead, after its peers failed and were torn down."""
+    gone = "Ray: worker died (SYSTEM_ERROR): connection error code 2."
+    peers = (_process(0, "dead", seen=5), _process(1, "dead", seen=6), _process(3, "dead", seen=5))
+    data = RunData(
+        "job",
+        "hub",
+        processes=(*peers, _process(2, seen=20)),
+        deaths={"p0": KILLED, "p1": gone, "p3": KILLED},
+        died_at={"p0": NOW - 4.0, "p1": NOW - 5.0, "p3": NOW - 4.0},
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.DEATH, (2,))
+    assert d.sentence.startswith("rank 2 went silent first: no heartbeat for 15 s while its peers")
+    assert "then ranks 0,1,3 died" in d.sentence
+    lost = _process(2, "dead", seen=20)
+    lost["info"]["context"]["node_ip"] = "10.0.0.2"
+    node_gone = replace(data, processes=(*peers, lost),
+                        deaths={**data.deaths, "p2": "node gone: Ray declared node 10.0.0.2 dead"},
+                        died_at={**data.died_at, "p2": NOW - 1.0})  # fmt: skip
+    d = build_report(node_gone, NOW).diagnosis  # once proven: dated by its last heartbeat
+    assert d is not None and d.ranks == (2,) and d.culprit == "node 10.0.0.2"
+
+
+def test_a_silent_rank_its_peers_failed_with_is_gone_before_any_death():
+    failed = {"kind": "failed", "message": "ranks 0,1,3 failed in all_reduce #9: Connection "
+              "closed by peer", "ranks": [2], "group": GROUP}  # fmt: skip
+    data = RunData(
+        "job",
+        "hub",
+        processes=(_process(0, seen=1), _process(1, seen=1), _process(2, seen=14), _process(3)),
+        hang=({"group": GROUP, "findings": [failed], "groups": []},),
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.DEATH, (2,))
+    assert d.sentence.startswith("rank 2 went silent: no heartbeat for 13 s")
+    quiet = replace(data, hang=())  # silent, but nothing points at it: no verdict of its own
+    d = build_report(quiet, NOW).diagnosis
+    assert d is None or d.kind != DiagnosisKind.DEATH
+
+
 def test_a_hang_whose_culprit_lives_goes_before_the_deaths_that_followed():
     data = RunData(
         "job",

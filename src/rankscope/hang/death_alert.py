@@ -13,6 +13,7 @@ ended, a controller tore the group down) raises nothing.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -38,6 +39,9 @@ is silent: it died first, and its death (marked later, when its liveness check e
 one to raise. A SIGKILL-ed rank's peers are torn down seconds later, and Ray may report their
 end before the hub has checked the silent one."""
 _webhook = WebhookSender()
+_named: collections.deque[str] = collections.deque(maxlen=4096)
+"""The processes an alert named (a silent one is named at its first peer's death, before the
+hub proves it dead): each is named once."""
 
 
 def _silent_s(peer: ProbeStatus, silent_s: float) -> float:
@@ -62,15 +66,30 @@ def first_death_alert(
         and (p.context.rank is not None or p.context.actor_class)
         and dead.last_seen - FOLLOWERS_S <= p.last_seen < dead.last_seen - _silent_s(p, silent_s)
     ]
-    if earlier:
+    if any(p.state == ProbeState.DEAD for p in earlier):
         return None  # it followed another death: that one was raised
-    who = f"rank {ctx.rank}" if ctx.rank is not None else f"actor {ctx.actor_class}"
-    why = dead.reason or "its process is gone"
+    if earlier:  # silent before it, not yet proven dead (a lost node): name that one now
+        gone = min(earlier, key=lambda p: p.last_seen)
+        why = (
+            f"no heartbeat for {dead.last_seen - gone.last_seen:.0f} s before {_who(dead)} "
+            "died: its process or its node is gone"
+        )
+        return _alert(gone, "went silent", why, now)
+    return _alert(dead, "died", dead.reason or "its process is gone", now)
+
+
+def _who(p: ProbeStatus) -> str:
+    ctx = p.context
+    return f"rank {ctx.rank}" if ctx.rank is not None else f"actor {ctx.actor_class}"
+
+
+def _alert(p: ProbeStatus, what: str, why: str, now: float) -> Alert:
+    ctx = p.context
     return Alert(
         rule="death",
         severity="critical",
         message=(
-            f"{who} died (pid {ctx.pid} on {ctx.node_ip or ctx.hostname}): {why}; "
+            f"{_who(p)} {what} (pid {ctx.pid} on {ctx.node_ip or ctx.hostname}): {why}; "
             "`rankscope report` says what followed"
         )[:240],
         time=now,
@@ -84,11 +103,14 @@ def first_death_alert(
 @register_death_hook
 def death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus]) -> list[tuple[str, dict[str, Any]]]:
     """In the hub: the `alert` event for a first death, and its POST to the webhook."""
-    if _ended_from_outside(dead):
+    if dead.info.probe_id in _named or _ended_from_outside(dead):
         return []
     alert = first_death_alert(dead, job, time.time(), Config.from_env().heartbeat_interval)
     if alert is None:
         return []
+    _named.extend(
+        p.info.probe_id for p in job if (p.context.pid, p.context.group) == (alert.pid, alert.group)
+    )
     payload = dataclasses.asdict(alert)
     try:
         url = AlertSettings.from_env().webhook
@@ -101,8 +123,10 @@ def death_alert(dead: ProbeStatus, job: Sequence[ProbeStatus]) -> list[tuple[str
 
 def _ended_from_outside(dead: ProbeStatus) -> bool:
     """Ray says the actor was ended by its owner's death or by `ray.kill`: its job or its
-    controller ended it (a normal job end, a group torn down), which is no death to raise."""
-    if not dead.context.actor_id:
+    controller ended it (a normal job end, a group torn down), which is no death to raise. A
+    lost node is never that, though Ray may record its owner's death first (the driver ended
+    while the node's health checks were failing)."""
+    if not dead.context.actor_id or dead.reason.startswith("node gone"):
         return False
     kind, _, _ = ray_death(dead.context.actor_id)
     return kind in (DeathKind.KILLED, DeathKind.OWNER_DIED)

@@ -77,6 +77,11 @@ EARLIER_SLACK_S = 1.0
 """A death counts as before an exception only when it is this much earlier: the exception
 reaches the hub at once, while a death is dated by Ray or by the last heartbeat."""
 _OOM = re.compile(r"out of memory|\boom\b|memory monitor|memory usage", re.IGNORECASE)
+SILENT_S = 5.0
+"""A process the hub still holds alive but last heard this much before the job's most recently
+heard one is silent: gone with its node (Ray declares a lost node dead only once its health
+checks have failed, 15-30 s later), or stopped. It counts as a death when its peers' failures
+or deaths point at it."""
 KILLED_BY_CONTROLLER = "ray.kill"
 """A death Ray explains as `ray.kill`: a controller or driver ended it after another failed."""
 
@@ -205,7 +210,8 @@ def _root_failure(data: RunData, places: Mapping[tuple[str | None, int], str]) -
         if death is None or death[1] >= when - EARLIER_SLACK_S:
             return _exception(error, data)
     if death is None:
-        return None
+        silent = _silent_culprit(data)
+        return _death(silent, data) if silent is not None else None
     hang = _hang_with_live_culprits(data)
     if hang is not None:
         return from_hang(hang, data, places)
@@ -242,17 +248,20 @@ def _error_process(error: Mapping[str, Any], data: RunData) -> str:
 
 def _first_death(data: RunData) -> tuple[Mapping[str, Any], float] | None:
     """The dead process that died first, and when: ranked processes, and rank-less actors
-    (a controller) when no rank died."""
-    dead = [p for p in data.processes if p.get("state") == "dead"]
+    (a controller) when no rank died. Once a rank is dead, a silent one (`SILENT_S`) counts
+    too: a lost node's ranks are proven dead only after the peers they took down."""
+    dead: list[Mapping[str, Any]] = [p for p in data.processes if p.get("state") == "dead"]
+    dead += _silent(data) if dead else []
     ranked = [p for p in dead if p["info"]["context"].get("rank") is not None]
     named = [p for p in dead if p["info"]["context"].get("actor_class")]
     chosen = ranked or named
     if not chosen:
         return None
 
-    def when(p: Mapping[str, Any]) -> float:
+    def when(p: Mapping[str, Any]) -> float:  # its last heartbeat, or Ray's time if earlier
         pid = p["info"]["probe_id"]
-        return float(data.died_at.get(pid) or p.get("last_seen") or 0.0)
+        known = [float(t) for t in (data.died_at.get(pid), p.get("last_seen")) if t]
+        return min(known, default=0.0)
 
     def killed(p: Mapping[str, Any]) -> bool:  # ended by a controller: it followed another
         return KILLED_BY_CONTROLLER in data.deaths.get(p["info"]["probe_id"], "")
@@ -261,9 +270,50 @@ def _first_death(data: RunData) -> tuple[Mapping[str, Any], float] | None:
     return first, when(first)
 
 
+def _silent(data: RunData) -> list[Mapping[str, Any]]:
+    """The ranked processes not dead and unheard for `SILENT_S` before the newest heartbeat."""
+    newest = max((float(p.get("last_seen") or 0.0) for p in data.processes), default=0.0)
+    return [
+        p
+        for p in data.processes
+        if p.get("state") != "dead"
+        and p["info"]["context"].get("rank") is not None
+        and newest - float(p.get("last_seen") or 0.0) > SILENT_S
+    ]
+
+
+def _silent_culprit(data: RunData) -> Mapping[str, Any] | None:
+    """A silent rank the hang analysis names (its peers' collectives failed with it, or wait
+    for it): gone before the hub could prove it."""
+    named = {
+        (report.get("group"), r)
+        for report in data.hang
+        for f in report.get("findings", ())
+        for r in f.get("ranks") or ()
+    }
+    silent = [
+        p
+        for p in _silent(data)
+        if (p["info"]["context"].get("group"), p["info"]["context"]["rank"]) in named
+        or (None, p["info"]["context"]["rank"]) in named
+    ]
+    return min(silent, key=lambda p: float(p.get("last_seen") or 0.0), default=None)
+
+
+def _cause(process: Mapping[str, Any], data: RunData) -> str:
+    if process.get("state") != "dead":
+        newest = max(float(p.get("last_seen") or 0.0) for p in data.processes)
+        quiet = newest - float(process.get("last_seen") or 0.0)
+        return (
+            f"no heartbeat for {quiet:.0f} s while its peers report (its process or its node "
+            "is gone, or it is stopped)"
+        )
+    return data.deaths.get(process["info"]["probe_id"], "") or "no cause known"
+
+
 def _death(process: Mapping[str, Any], data: RunData) -> Diagnosis:
     ctx = process["info"]["context"]
-    cause = data.deaths.get(process["info"]["probe_id"], "") or "no cause known"
+    cause = _cause(process, data)
     rank = ctx.get("rank")
     label = (
         process_label(ctx)
@@ -293,7 +343,8 @@ def _death(process: Mapping[str, Any], data: RunData) -> Diagnosis:
         and p["info"]["context"].get("group") == ctx.get("group")
         and p["info"]["context"]["rank"] not in ranks
     )
-    first = "died first" if others else "is dead"
+    first = "died" if process.get("state") == "dead" else "went silent"
+    first = f"{first} first" if others else ("is dead" if first == "died" else first)
     text = f"{culprit} {first}: {cause}"
     if others:
         text += f"; then {ranks_text(others)} died"
