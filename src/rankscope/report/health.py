@@ -146,8 +146,8 @@ a drop fails."""
 
 MONITOR_ORDER = (
     "non_finite",
-    "loss_spike",
     "loss_disagreement",
+    "loss_spike",
     "loss_divergence",
     "straggler",
     "collective_latency",
@@ -156,7 +156,9 @@ MONITOR_ORDER = (
     "host_memory",
 )
 """Which monitor finding the page and the verdict name first: a sharp event before a trend,
-one rank's own before the whole job's (a rank's slowness drags every rank's throughput)."""
+one rank's own before the whole job's (a rank's slowness drags every rank's throughput). A
+replica whose loss stays apart from its group's goes before spikes: the jump into its new
+level is one, and the all_reduce carries it to the others as spikes of their own."""
 
 
 def in_monitor_order(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

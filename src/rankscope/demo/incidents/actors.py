@@ -194,7 +194,7 @@ INCIDENTS: list[Incident] = [
             where_of(os.path.join(os.path.dirname(__file__), "train.py"), "stall_loader"),
         ),
     ),
-    _fault("loss_divergence", ("loss_divergence",), where=False),
+    _fault("loss_divergence", ("loss_divergence", "divergence"), where=False),
     _fault("cross_group", ("cross_group_deadlock", "hang")),
     _fault("oom", ("oom", "death"), where=False),
     Incident(
