@@ -325,14 +325,14 @@ def _death(process: Mapping[str, Any], data: RunData) -> Diagnosis:
     culprit, ranks = label, ((rank,) if rank is not None else ())
     if cause.startswith("node gone"):
         culprit = f"node {node}"
-        ranks = tuple(
+        ranks = tuple(  # the ranks that node took with it (node ids: nodes may share an IP)
             sorted(
                 p["info"]["context"]["rank"]
                 for p in data.processes
                 if p.get("state") == "dead"
                 and p["info"]["context"].get("rank") is not None
-                and (p["info"]["context"].get("node_ip") or p["info"]["context"].get("hostname"))
-                == node
+                and data.deaths.get(p["info"]["probe_id"], "").startswith("node gone")
+                and _node_key(p["info"]["context"]) == _node_key(ctx)
             )
         )
     others = sorted(
@@ -360,6 +360,10 @@ def _death(process: Mapping[str, Any], data: RunData) -> Diagnosis:
         node=node,
         source="ranks",
     )
+
+
+def _node_key(ctx: Mapping[str, Any]) -> str:
+    return str(ctx.get("node_id") or ctx.get("node_ip") or ctx.get("hostname") or "")
 
 
 def _aftermath(
