@@ -97,8 +97,11 @@ class Hub:
         self._events.offer(info.context.job_id, info.probe_id, registered)
         return __version__
 
+    @ray.method(enable_task_events=False)
     async def poll(self, request: PollRequest, wait_s: float) -> PollReply:
-        """Heartbeat and long poll: returns at once with commands, else after `wait_s`."""
+        """Heartbeat and long poll: returns at once with commands, else after `wait_s`. No
+        task event per beat: Ray's threads pay for each, and the dashboard's task list would
+        fill with them."""
         received = time.time()
         self._ensure_background()
         record = self._registry.find(request.probe_id)
@@ -123,6 +126,7 @@ class Hub:
             relay=self._want_relays(),
         )
 
+    @ray.method(enable_task_events=False)
     async def poll_batch(
         self,
         relay_id: str,

@@ -90,7 +90,10 @@ class Relay:
             return {}
         return await self._core.commands(asks, deadline_s)
 
+    @ray.method(enable_task_events=False)
     async def poll(self, request: PollRequest, wait_s: float) -> PollReply:
+        """A probe's heartbeat: no task event per beat (Ray's threads pay for each, and the
+        dashboard's task list would fill with them)."""
         return await self._core.poll(request, wait_s)
 
     async def reply(self, result: CommandResult, command_id: str) -> None:
