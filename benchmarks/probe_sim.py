@@ -58,8 +58,8 @@ from rankscope.runtime.protocol import (
     Summaries,
 )
 from rankscope.runtime.relay import RelayCore
-from rankscope.stacks.capture import spacing_wait
 from rankscope.stacks.model import Frame, ThreadStack, active_thread, headline
+from rankscope.stacks.worker import spacing_wait
 
 RANKS_PER_NODE = 8
 """Simulated ranks per simulated node: each node's ranks share one relay when the hub asks."""

@@ -11,7 +11,7 @@ from rankscope import level
 from rankscope.config import Config
 from rankscope.debug.breakpoint import debugging_enabled
 from rankscope.errors import UserError
-from rankscope.levels.handler import answer_level
+from rankscope.levels.worker import answer_level
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@
 A reusable helper: the preflight doctor asks every node for its facts with it, and any other
 feature that needs an answer from each node (a file on every node, a process table, a clock)
 may reuse it. Each call is a zero-CPU Ray task pinned to its node with
-`NodeAffinitySchedulingStrategy(node_id, soft=False)`, as `stacks/pyspy.py` and
+`NodeAffinitySchedulingStrategy(node_id, soft=False)`, as `stacks/collect_pyspy.py` and
 `runtime/liveness.py` pin theirs; nodes that do not answer by the deadline are named, never
 waited for, and a node whose task raised is named with the reason in one line.
 

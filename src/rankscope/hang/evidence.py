@@ -22,8 +22,8 @@ from rankscope.hang.flight import read_flight_recorder
 from rankscope.hang.model import RecorderSnapshot
 from rankscope.hang.recorder import collective_recorder
 from rankscope.runtime.probe import register_groups, register_handler, register_summary
-from rankscope.stacks.capture import capture_threads
 from rankscope.stacks.model import Frame, active_thread, headline
+from rankscope.stacks.worker import capture_threads
 
 SUMMARY_RECORDS = 16
 INLINE_RANKS = 256

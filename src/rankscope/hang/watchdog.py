@@ -34,7 +34,7 @@ from rankscope.hang.group_judge import GroupJudge
 from rankscope.hang.recorder import collective_recorder, oldest_call_start, record_when_imported
 from rankscope.runtime.probe import Probe, progress, register_startup
 from rankscope.serialize import plain
-from rankscope.stacks.capture import capture_threads
+from rankscope.stacks.worker import capture_threads
 
 log = logging.getLogger("rankscope")
 WATCHDOG_THREAD_NAME = "rankscope-watchdog"

@@ -153,7 +153,7 @@ def _emit(report: analysis.OomReport) -> None:
 
 
 def _user_frame(frames: list[traceback.FrameSummary]) -> str:
-    from rankscope.stacks.capture import is_library
+    from rankscope.stacks.worker import is_library
 
     for f in reversed(frames):
         if not is_library(f.filename) and not f.filename.startswith(os.path.dirname(__file__)):

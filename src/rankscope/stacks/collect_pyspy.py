@@ -18,8 +18,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rankscope.runtime.probe import OWN_THREAD_PREFIX
-from rankscope.stacks.capture import is_library
 from rankscope.stacks.model import Frame, ThreadStack
+from rankscope.stacks.worker import is_library
 
 PYSPY_TIMEOUT_S = 10.0
 
