@@ -187,7 +187,7 @@ def training_overhead(trials: int, steps: int = 300) -> tuple[float, float]:
 
     import rankscope
     from rankscope.demo.train import train_step
-    from rankscope.hang.recorder import record_collectives
+    from rankscope.hang.worker_recorder import record_collectives
     from rankscope.trace import handler
     from rankscope.trace.model import TraceOptions
 

@@ -554,7 +554,11 @@ def check_dist_init(ctx: Ctx) -> dict[str, Any]:
 
 def check_collective_recorder(ctx: Ctx) -> dict[str, Any]:
     from rankscope.hang.model import CallState
-    from rankscope.hang.recorder import collective_recorder, record_collectives, stop_recording
+    from rankscope.hang.worker_recorder import (
+        collective_recorder,
+        record_collectives,
+        stop_recording,
+    )
     from rankscope.monitor import recorder as monitor_recorder
     from rankscope.monitor.collectives import step_waits
 

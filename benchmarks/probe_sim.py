@@ -42,8 +42,8 @@ from typing import Any
 
 from rankscope._version import __version__
 from rankscope.context import RankContext
-from rankscope.hang.evidence import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+from rankscope.hang.worker import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.logs.model import TemplateStat
 from rankscope.logs.summary import within_share
 from rankscope.monitor.model import MemoryUse, MonitorSummary

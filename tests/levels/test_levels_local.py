@@ -169,8 +169,12 @@ def test_live_off_pauses_the_collective_recorder_and_its_summary(tmp_path):
     import torch
     import torch.distributed as dist
 
-    from rankscope.hang.evidence import last_collectives
-    from rankscope.hang.recorder import collective_recorder, record_collectives, stop_recording
+    from rankscope.hang.worker import last_collectives
+    from rankscope.hang.worker_recorder import (
+        collective_recorder,
+        record_collectives,
+        stop_recording,
+    )
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
     record_collectives()
@@ -198,7 +202,7 @@ def test_the_watchdog_checks_nothing_at_live_off_and_counts_afresh_after():
     import time
     from types import SimpleNamespace
 
-    from rankscope.hang.watchdog import Watchdog
+    from rankscope.hang.worker_watchdog import Watchdog
 
     dog = Watchdog(SimpleNamespace(config=SimpleNamespace(hang_timeout=0.05), alive=False))
     rankscope.step()

@@ -175,7 +175,7 @@ def memory_use() -> MemoryUse:
 
 def _recorded_collectives(last: int | None = None) -> tuple[Any, ...]:
     try:
-        from rankscope.hang.recorder import collective_recorder
+        from rankscope.hang.worker_recorder import collective_recorder
 
         return collective_recorder().snapshot(last=last).records
     except Exception:

@@ -61,7 +61,7 @@ def job_statuses(
     A process on a node Ray declared dead has the hub's "node gone: ..." first in its cause
     (`hang.death.find_deaths`).
     """
-    from rankscope.hang.death import find_deaths
+    from rankscope.hang.io_death import find_deaths
 
     client = client or HubClient.attach(address)
     jobs = select(client, selection, summaries)

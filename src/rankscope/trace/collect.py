@@ -91,7 +91,7 @@ class TraceSession:
     def interval(self) -> float:
         """Seconds to the next drain: sooner while collectives come fast enough to wrap the
         recorder's ring before then."""
-        from rankscope.hang.recorder import DEFAULT_CAPACITY
+        from rankscope.hang.worker_recorder import DEFAULT_CAPACITY
 
         fastest = max((c[-1].new_collectives for c in self.chunks.values() if c), default=0)
         if fastest <= 0:

@@ -17,7 +17,7 @@ from typing import Any
 
 from rankscope import level
 from rankscope.hang.model import CollectiveRecord
-from rankscope.hang.recorder import collective_recorder
+from rankscope.hang.worker_recorder import collective_recorder
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.clock import ClockEstimate
 from rankscope.runtime.probe import register_handler, register_summary

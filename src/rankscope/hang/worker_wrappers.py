@@ -21,13 +21,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rankscope import level as _level
-from rankscope.hang.callsite import (
+from rankscope.hang.model import CallState
+from rankscope.hang.worker_callsite import (
     default_group_holder,
     default_pg_field,
     positional_tensors,
     tensor_metadata,
 )
-from rankscope.hang.model import CallState
 from rankscope.runtime.api import send_last_words
 
 NOT_TENSORS = frozenset(

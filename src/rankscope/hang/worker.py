@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rankscope import level as _level
-from rankscope.hang.flight import read_flight_recorder
 from rankscope.hang.model import RecorderSnapshot
-from rankscope.hang.recorder import collective_recorder
+from rankscope.hang.worker_flight import read_flight_recorder
+from rankscope.hang.worker_recorder import collective_recorder
 from rankscope.runtime.probe import register_groups, register_handler, register_summary
 from rankscope.stacks.model import Frame, active_thread, headline
 from rankscope.stacks.worker import capture_threads

@@ -8,6 +8,7 @@ line table, which `frame.f_lineno` would pay on every collective.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from types import CodeType
 from typing import Any
@@ -93,3 +94,20 @@ class _GroupMemberWorld:
         from torch.distributed import distributed_c10d
 
         return distributed_c10d.GroupMember.WORLD
+
+
+ERROR_CHARS = 200
+_SOURCE_PREFIX = re.compile(r"^\[[^\]]*:\d+\]\s*")
+"""gloo and NCCL start their messages with the C++ source location: `[.../pair.cc:553] `."""
+
+
+def error_text(exc: BaseException) -> str:
+    """The first sentence of an exception, without the C++ source location, at most 200 chars.
+
+    Example: `Connection closed by peer [127.0.0.1]:43437` for gloo's error when a peer died.
+    """
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = _SOURCE_PREFIX.sub("", text)
+    head, sep, _ = text.partition(". ")
+    text = head if sep else text.rstrip(".")
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."

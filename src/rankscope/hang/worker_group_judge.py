@@ -33,7 +33,7 @@ from rankscope.context import get_context
 from rankscope.hang.analysis import RankEvidence, analyze_hang
 from rankscope.hang.model import FindingKind, RecorderSnapshot
 from rankscope.hang.motion import SLOW_LIMIT_S, Mark, mark_of, what_moved
-from rankscope.hang.recorder import failure_listeners, oldest_call_start
+from rankscope.hang.worker_recorder import failure_listeners, oldest_call_start
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
 __all__ = ["GroupJudge", "group_alerts", "motions_of", "stuck_only", "wait_threshold"]

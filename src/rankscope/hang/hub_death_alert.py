@@ -21,7 +21,7 @@ from typing import Any
 from rankscope.alerts.model import Alert, AlertSettings
 from rankscope.alerts.webhook import WebhookSender
 from rankscope.config import Config
-from rankscope.hang.death import ray_death
+from rankscope.hang.io_death import ray_death
 from rankscope.hang.model import DeathKind
 from rankscope.runtime.hub_hooks import register_death_hook
 from rankscope.runtime.protocol import ProbeState, ProbeStatus

@@ -29,9 +29,13 @@ import time
 
 from rankscope import level
 from rankscope.context import RankContext
-from rankscope.hang.activity import find_work
-from rankscope.hang.group_judge import GroupJudge
-from rankscope.hang.recorder import collective_recorder, oldest_call_start, record_when_imported
+from rankscope.hang.worker_activity import find_work
+from rankscope.hang.worker_group_judge import GroupJudge
+from rankscope.hang.worker_recorder import (
+    collective_recorder,
+    oldest_call_start,
+    record_when_imported,
+)
 from rankscope.runtime.probe import Probe, progress, register_startup
 from rankscope.serialize import plain
 from rankscope.stacks.worker import capture_threads

@@ -28,17 +28,16 @@ from types import ModuleType
 from typing import Any
 
 from rankscope import level as _level
-from rankscope.hang.callsite import caller_at, default_group, tensor_metadata
 from rankscope.hang.model import (
     CallState,
     CollectiveRecord,
     RecorderSnapshot,
     dtype_names,
-    error_text,
     new_record,
     plain_shapes,
 )
-from rankscope.hang.wrappers import wrap
+from rankscope.hang.worker_callsite import caller_at, default_group, error_text, tensor_metadata
+from rankscope.hang.worker_wrappers import wrap
 from rankscope.import_hooks import when_imported
 
 COLLECTIVES = (
