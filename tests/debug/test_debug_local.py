@@ -19,9 +19,9 @@ from rankscope.debug.analysis import (
     select_session,
     vscode_launch,
 )
-from rankscope.debug.client import run_terminal
+from rankscope.debug.cli_attach import run_terminal
+from rankscope.debug.cli_tunnel import SocketConnection
 from rankscope.debug.model import DebugSession
-from rankscope.debug.tunnel import SocketConnection
 from rankscope.errors import UserError
 
 

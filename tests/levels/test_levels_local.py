@@ -9,7 +9,7 @@ import rankscope
 from helpers.workers import wait_until
 from rankscope import level
 from rankscope.config import Config
-from rankscope.debug.breakpoint import debugging_enabled
+from rankscope.debug.worker_breakpoint import debugging_enabled
 from rankscope.errors import UserError
 from rankscope.levels.worker import answer_level
 

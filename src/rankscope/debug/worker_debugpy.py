@@ -13,7 +13,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from rankscope.debug import registry
+from rankscope.debug import worker
 
 log = logging.getLogger("rankscope")
 
@@ -42,7 +42,7 @@ def debugpy_breakpoint(
     except ImportError:
         log.warning("rankscope: backend='debugpy' needs `pip install debugpy`; breakpoint skipped")
         return
-    from rankscope.debug.server import open_session, timed_out
+    from rankscope.debug.worker_server import open_session, timed_out
 
     try:
         session = open_session(
@@ -60,7 +60,7 @@ def debugpy_breakpoint(
                 timed_out(session)
                 return
             time.sleep(POLL_S)
-        registry.update(session.id, state="attached")
+        worker.update(session.id, state="attached")
         threading.Thread(
             target=_close_on_detach, args=(session,), name="rankscope-debugpy-watch", daemon=True
         ).start()

@@ -1,5 +1,5 @@
 """The collect side of `rankscope diagnose --check-debug-ports`: does every session's port
-listen, and can we reach it? (`debug/diagnose.py` prints the answer.)
+listen, and can we reach it? (`debug/cli_diagnose.py` prints the answer.)
 
 Live sessions come from the probes; sessions whose process died come from the run directory's
 `debug_session_opened` / `debug_session_closed` events, read on the hub's node.

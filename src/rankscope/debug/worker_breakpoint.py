@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from rankscope import level as _level
 from rankscope.debug.analysis import RankFilter, rank_matches
-from rankscope.debug.sync import wait_if_paused
+from rankscope.debug.worker_sync import wait_if_paused
 from rankscope.runtime.probe import progress
 
 log = logging.getLogger("rankscope")
@@ -83,11 +83,11 @@ def conditional_breakpoint(
         log.warning("rankscope: conditional_breakpoint skipped: %s: %s", type(exc).__name__, exc)
         return
     if backend == "debugpy":
-        from rankscope.debug.debugpy_backend import debugpy_breakpoint
+        from rankscope.debug.worker_debugpy import debugpy_breakpoint
 
         debugpy_breakpoint(frame, name=name, timeout=wait_s, sync=sync)
         return
-    from rankscope.debug.server import open_breakpoint
+    from rankscope.debug.worker_server import open_breakpoint
 
     open_breakpoint(frame, name=name, timeout=wait_s, sync=sync)
 

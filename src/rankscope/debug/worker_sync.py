@@ -123,9 +123,9 @@ def _clear() -> None:
 @register_handler("debug_pause")
 def _debug_pause(args: dict[str, Any]) -> str:
     global _paused
-    from rankscope.debug import registry
+    from rankscope.debug import worker
 
-    if registry.get(args["session_id"]) is not None:
+    if worker.get(args["session_id"]) is not None:
         return "holder"
     pause = Pause(args["session_id"], args["probe_id"], args["label"], args["location"])
     with _lock:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from rankscope.debug import registry, sync
+from rankscope.debug import sync, worker
 from rankscope.debug.model import LOOPBACK, DebugSession, SessionFrame
 
 log = logging.getLogger("rankscope")
@@ -171,7 +171,7 @@ class Session:
             if self._authenticated(conn, peer):
                 conn.settimeout(None)
                 self.conn = SocketIO(conn)
-                registry.update(self.id, state="attached")
+                worker.update(self.id, state="attached")
                 return self.conn
             conn.close()
 
@@ -194,7 +194,7 @@ class Session:
                 "rankscope: debug session %s: a connection from %s sent no token", self.id, peer
             )
             return False
-        registry.note_refused(self.id)
+        worker.note_refused(self.id)
         log.warning(
             "rankscope: debug session %s refused a connection from %s: wrong token; "
             "the session stays open",
@@ -213,7 +213,7 @@ class Session:
             if closable is not None:
                 with contextlib.suppress(OSError):
                     closable.close()
-        registry.remove(self.id, outcome)
+        worker.remove(self.id, outcome)
         if self.record.sync:
             sync.announce("debug_resume", {"session_id": self.id}, self.record.job_id)
 
@@ -278,7 +278,7 @@ def open_session(
         exception=exception,
         token=secrets.token_hex(16),
     )
-    registry.add(record)
+    worker.add(record)
     session = Session(record, listener)
     wait = "forever" if timeout is None else f"up to {timeout:g}s"
     log.warning(
@@ -341,7 +341,7 @@ def timed_out(session: Session) -> None:
         record.location,
         record.timeout or 0.0,
     )
-    registry._emit("debug_session_timeout", {"id": record.id, "timeout": record.timeout})
+    worker._emit("debug_session_timeout", {"id": record.id, "timeout": record.timeout})
     session.close("timeout")
 
 

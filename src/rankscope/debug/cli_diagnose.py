@@ -12,7 +12,7 @@ __all__ = ["check_debug_ports"]
 def check_debug_ports(address: str | None, job: str | None, as_json: bool, console: Console) -> int:
     """One line per debug session: reachable, tunnel-only, not listening, or process died."""
     from rankscope.cli.output import to_json
-    from rankscope.debug.ports import port_checks
+    from rankscope.debug.collect_ports import port_checks
     from rankscope.debug.render import render_port_checks
     from rankscope.runtime.ask import Selection
 

@@ -101,8 +101,8 @@ def handle(exc: BaseException, tb: TracebackType | None, *, timeout: float | Non
             return
         with contextlib.suppress(Exception):
             setattr(exc, _MARK, True)
-        from rankscope.debug.breakpoint import default_timeout
-        from rankscope.debug.server import serve_post_mortem
+        from rankscope.debug.worker_breakpoint import default_timeout
+        from rankscope.debug.worker_server import serve_post_mortem
 
         serve_post_mortem(exc, tb, timeout=default_timeout() if timeout is None else timeout)
     except Exception as err:  # the user's exception must go on, not ours
@@ -134,7 +134,7 @@ def install_ray_hook(timeout: float | None = None) -> bool:
 
 
 def _sessions_wanted() -> bool:
-    from rankscope.debug.breakpoint import debugging_enabled
+    from rankscope.debug.worker_breakpoint import debugging_enabled
 
     return debugging_enabled() or _env_asks()
 

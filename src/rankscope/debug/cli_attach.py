@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
+from rankscope.debug.cli_tunnel import Connection, RelayConnection, SocketConnection
 from rankscope.debug.model import AttachRoute, DebugSession
-from rankscope.debug.tunnel import Connection, RelayConnection, SocketConnection
 from rankscope.errors import UserError
 
 PROMPTS = ("(Pdb) ", ">>> ", "... ")
