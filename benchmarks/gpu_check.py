@@ -108,7 +108,7 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------------------------- checks
 def check_memory_snapshot(ctx: Ctx) -> dict[str, Any]:
-    from rankscope.memory import snapshot as snap
+    from rankscope.memory import worker_snapshot as snap
 
     ctx.need_cuda()
     expect(snap.cuda_device_index("cuda:0") == 0, "cuda_device_index('cuda:0') != 0")
@@ -141,13 +141,13 @@ def check_memory_readers(ctx: Ctx) -> dict[str, Any]:
     """Every other reader of device memory: `gpus` (tenancy, co-tenants), the monitor's and the
     alerts' readings, the memory handler's device."""
     from rankscope.alerts import rules
-    from rankscope.memory import gpus, handler
+    from rankscope.memory import handler, worker_gpus
     from rankscope.monitor import recorder
 
     ctx.need_cuda()
     x = torch.empty(GIB, dtype=torch.uint8, device="cuda:0")
     free, total = torch.cuda.mem_get_info()
-    t, tenants = gpus.current_tenancy(), gpus.co_tenants(0)
+    t, tenants = worker_gpus.current_tenancy(), worker_gpus.co_tenants(0)
     use, reading = recorder.memory_use(), rules._read_memory()
     expect((t.torch_reserved or 0) >= GIB, f"gpus torch_reserved {t.torch_reserved} < 1 GiB")
     expect(t.torch_device_total == total, "gpus torch_device_total != mem_get_info total")

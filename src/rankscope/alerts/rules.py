@@ -216,7 +216,7 @@ def _device_threshold() -> float:
 
 
 def _read_memory() -> MemoryReading:
-    from rankscope.memory.snapshot import host_memory
+    from rankscope.memory.worker_snapshot import host_memory
 
     _rss, _anon, _uss, total, available = host_memory(uss=False)
     device_used = device_total = 0

@@ -65,7 +65,7 @@ def _check(mode: str | None, check_debug_ports: bool) -> Check:
 
         return debug_ports
     if mode == "memory_profile":
-        from rankscope.memory.diagnose import memory_profile
+        from rankscope.memory.cli_diagnose import memory_profile
 
         return memory_profile
     return check_environment

@@ -155,7 +155,7 @@ def _on_step(
 
 def memory_use() -> MemoryUse:
     """Device (the current CUDA device, when torch already uses one) and node memory now."""
-    from rankscope.memory import snapshot as snap
+    from rankscope.memory import worker_snapshot as snap
 
     device_used = device_total = host_used = host_total = 0
     try:

@@ -17,7 +17,7 @@ from rankscope.doctor.collect import job_environments
 from rankscope.doctor.model import JobEnvironment
 from rankscope.doctor.preflight.model import Check, Status
 from rankscope.errors import NoHubError
-from rankscope.memory.by_gpu import JobGpus, collect_by_gpu
+from rankscope.memory.collect_by_gpu import JobGpus, collect_by_gpu
 from rankscope.resources.collect import pending_report
 from rankscope.resources.model import PendingReport, Verdict
 from rankscope.runtime.ask import Selection

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 from rankscope.memory import analysis
-from rankscope.memory import snapshot as snap
+from rankscope.memory import worker_snapshot as snap
 from rankscope.memory.model import AllocationSite, LeakFinding, MemorySnapshot
 
 log = logging.getLogger("rankscope")
@@ -249,7 +249,7 @@ class MemoryProfiler:
     # --------------------------------------------------------------- outputs
     def generate_report(self, path: str | os.PathLike[str]) -> str:
         """Write one self-contained HTML file (no network needed) and return its path."""
-        from rankscope.memory.report import ProcessSection, write_report
+        from rankscope.memory.io_report import ProcessSection, write_report
 
         report = self.leak_report()
         section = ProcessSection(

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from rankscope.memory import snapshot as snap
+from rankscope.memory import worker_snapshot as snap
 from rankscope.memory.model import GpuDevice, GpuTenancy
 from rankscope.runtime.probe import register_handler
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from rankscope.config import Config
 from rankscope.memory import analysis
-from rankscope.memory import snapshot as snap
+from rankscope.memory import worker_snapshot as snap
 from rankscope.memory.model import MemorySnapshot, RankMemoryReply
-from rankscope.memory.profiler import active_profiler
+from rankscope.memory.worker_profiler import active_profiler
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.probe import progress, register_handler, register_tick
 

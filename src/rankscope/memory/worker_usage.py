@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from rankscope.memory import snapshot as snap
+from rankscope.memory import worker_snapshot as snap
 from rankscope.units import human_bytes
 
 

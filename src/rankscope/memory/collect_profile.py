@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from rankscope.memory.analysis import ClusterMemory
 from rankscope.memory.collect import JobMemory, cluster_memory
+from rankscope.memory.io_report import ProcessSection, render_report
 from rankscope.memory.model import RankMemoryReply
-from rankscope.memory.report import ProcessSection, render_report
 from rankscope.runtime.ask import Selection
 from rankscope.runtime.client import HubClient
 

@@ -16,7 +16,7 @@ __all__ = ["memory_profile"]
 def memory_profile(address: str | None, job: str | None, as_json: bool, console: Console) -> int:
     """Snapshot every rank, write the verdicts; exit code 1 when a rank has a finding."""
     from rankscope.cli.output import to_json
-    from rankscope.memory.profile_files import COMMAND, memory_profiles
+    from rankscope.memory.collect_profile import COMMAND, memory_profiles
     from rankscope.runtime.ask import Selection
 
     profiles = memory_profiles(address, Selection(job))

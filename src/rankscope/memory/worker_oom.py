@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from rankscope.files import private_dirs, write_text_atomically
 from rankscope.memory import analysis, gpus
-from rankscope.memory import snapshot as snap
+from rankscope.memory import worker_snapshot as snap
 
 log = logging.getLogger("rankscope")
 
