@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from rankscope.monitor.history import MAX_POINTS, file_name
+from rankscope.monitor.io_history import MAX_POINTS, file_name
 from rankscope.report.analysis import build_report
 from rankscope.report.collect import collect_run
 from rankscope.report.render import render_html

@@ -142,13 +142,13 @@ def check_memory_readers(ctx: Ctx) -> dict[str, Any]:
     alerts' readings, the memory handler's device."""
     from rankscope.alerts import rules
     from rankscope.memory import handler, worker_gpus
-    from rankscope.monitor import recorder
+    from rankscope.monitor import worker
 
     ctx.need_cuda()
     x = torch.empty(GIB, dtype=torch.uint8, device="cuda:0")
     free, total = torch.cuda.mem_get_info()
     t, tenants = worker_gpus.current_tenancy(), worker_gpus.co_tenants(0)
-    use, reading = recorder.memory_use(), rules._read_memory()
+    use, reading = worker.memory_use(), rules._read_memory()
     expect((t.torch_reserved or 0) >= GIB, f"gpus torch_reserved {t.torch_reserved} < 1 GiB")
     expect(t.torch_device_total == total, "gpus torch_device_total != mem_get_info total")
     expect(use.device_total == total, f"monitor memory_use total {use.device_total} != {total}")
@@ -380,19 +380,19 @@ def check_fingerprint_speed(ctx: Ctx) -> dict[str, Any]:
 
 
 def check_watch_nan(ctx: Ctx) -> dict[str, Any]:
-    from rankscope.monitor import nan
+    from rankscope.monitor import worker_nan
 
     def model() -> torch.nn.Sequential:
         return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)).to(ctx.device)
 
     x = torch.randn(16, 64, device=ctx.device)
     m = model()
-    w = nan.watch_nan(m)
+    w = worker_nan.watch_nan(m)
     m(x).sum().backward()
     expect(w.check() == "", f"finite forward reported {w.found!r}")
     w.remove()
     m = model()
-    w = nan.watch_nan(m)
+    w = worker_nan.watch_nan(m)
     bad = x.clone()
     bad[3, 5] = float("nan")
     m(bad)
@@ -400,7 +400,7 @@ def check_watch_nan(ctx: Ctx) -> dict[str, Any]:
     expect(found_act.startswith("activation in 0"), f"NaN input: {found_act!r}")
     w.remove()
     m = model()
-    w = nan.watch_nan(m)
+    w = worker_nan.watch_nan(m)
     m(x).sum().backward()
     grad = dict(m.named_parameters())["1.weight"].grad
     expect(grad is not None, "no gradient after backward")
@@ -411,17 +411,17 @@ def check_watch_nan(ctx: Ctx) -> dict[str, Any]:
     w.remove()
     n = GIB // 4 if ctx.cuda else 16 * MIB  # 1 GiB of float32 on CUDA
     big = torch.randn(n, device=ctx.device)
-    expect(not nan._any_nonfinite([big]), "fused check: finite 1 GiB tensor flagged")
-    check_s = timed(ctx, lambda: nan._any_nonfinite([big]), 5)
+    expect(not worker_nan._any_nonfinite([big]), "fused check: finite 1 GiB tensor flagged")
+    check_s = timed(ctx, lambda: worker_nan._any_nonfinite([big]), 5)
     ident = torch.nn.Sequential(torch.nn.Identity(), torch.nn.Dropout(0.0)).eval()
     bare_s = timed(ctx, lambda: ident(big), 5)
-    w = nan.watch_nan(ident)
+    w = worker_nan.watch_nan(ident)
     watched_s = timed(ctx, lambda: (ident(big), w.sums.pop()), 5)  # the sum it kept
     w.remove()
     big[-1] = float("nan")
-    expect(nan._any_nonfinite([big]), "fused check missed a NaN at the end")
+    expect(worker_nan._any_nonfinite([big]), "fused check missed a NaN at the end")
     big[-1] = float("-inf")
-    expect(nan._any_nonfinite([big]), "fused check missed a -inf at the end")
+    expect(worker_nan._any_nonfinite([big]), "fused check missed a -inf at the end")
     mib = big.nbytes / MIB
     return {
         "activation": found_act,
@@ -559,7 +559,7 @@ def check_collective_recorder(ctx: Ctx) -> dict[str, Any]:
         record_collectives,
         stop_recording,
     )
-    from rankscope.monitor import recorder as monitor_recorder
+    from rankscope.monitor import worker as monitor_recorder
     from rankscope.monitor.collectives import step_waits
 
     ctx.need_group()
@@ -644,8 +644,8 @@ def check_dist_destroy(ctx: Ctx) -> dict[str, Any]:
 
 
 def check_commbench(ctx: Ctx) -> dict[str, Any]:
+    from rankscope.monitor.collect_commbench import BenchRank
     from rankscope.monitor.comm import bus_bandwidth, message_sizes
-    from rankscope.monitor.commbench import BenchRank
 
     if ctx.hung or ctx.group:
         raise Skip("an earlier check hung, or the group is still up")

@@ -29,9 +29,9 @@ from rankscope.monitor.model import (
     Thresholds,
 )
 from rankscope.monitor.phases import PhaseTime, per_step, phase_of, phase_window, slow_phase
-from rankscope.monitor.recorder import step_recorder, summary
-from rankscope.monitor.tap import SpanTap
 from rankscope.monitor.view import RankInput
+from rankscope.monitor.worker import step_recorder, summary
+from rankscope.monitor.worker_tap import SpanTap
 
 T = Thresholds()
 
@@ -142,20 +142,20 @@ def test_a_throughput_drop_is_an_alert_with_its_step_a_rise_is_not() -> None:
 
 def test_raise_local_posts_a_throughput_drop_through_publish() -> None:
     from rankscope.alerts.rules import configure_alerts
-    from rankscope.monitor import alerting
+    from rankscope.monitor import worker_alerts
 
     drop = analysis.throughput_drift(_samples(358), T.throughput_drift, rank=7)
     rise = analysis.throughput_drift(_samples(700), T.throughput_drift, rank=8)
     with webhook_server() as (url, received):
         configure_alerts(webhook=url)
         try:
-            alerting.raise_local([f for f in (drop, rise) if f is not None])
+            worker_alerts.raise_local([f for f in (drop, rise) if f is not None])
             deadline = time.time() + 10
             while not received and time.time() < deadline:
                 time.sleep(0.05)
         finally:
             configure_alerts(webhook="")
-            alerting.raise_local([])  # resolved: the gate forgets it
+            worker_alerts.raise_local([])  # resolved: the gate forgets it
     assert [(b["rule"], b["rank"]) for b in received] == [("throughput_drift", 7)]
     assert "dropped 30% at step 50" in received[0]["text"]
 

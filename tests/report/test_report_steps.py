@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from helpers.cluster import cluster_address, run_cli
-from rankscope.monitor.history import MAX_POINTS, StepHistory, file_name
+from rankscope.monitor.io_history import MAX_POINTS, StepHistory, file_name
 from rankscope.report.steps import series_from_docs
 
 JOB = os.path.join(os.path.dirname(__file__), "steps_job.py")

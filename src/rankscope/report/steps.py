@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from rankscope.monitor.history import COLUMNS
+from rankscope.monitor.io_history import COLUMNS
 from rankscope.runtime.run_dir import STEPS_PREFIX
 from rankscope.serialize import parse_json
 

@@ -137,7 +137,7 @@ class HistoryWriter:
         self._hub: Any = None
         self._pending: Any = None
         self._atexit = False
-        # The recorder's rows and first NaN/Inf, read at exit: monitor/recorder.py, which sits
+        # The recorder's rows and first NaN/Inf, read at exit: monitor/worker.py, which sits
         # above this module, sets it.
         self.rows_at_exit: Callable[[], tuple[Sequence[tuple[int, float, Any, Any, Any]], Any]]
         self.rows_at_exit = lambda: ((), None)

@@ -16,7 +16,7 @@ from typing import Any
 
 from rankscope import level as _level
 from rankscope.context import get_context
-from rankscope.monitor.history import history_writer
+from rankscope.monitor.io_history import history_writer
 from rankscope.monitor.model import (
     MemoryUse,
     MonitorSummary,
@@ -25,7 +25,7 @@ from rankscope.monitor.model import (
     StepSample,
     nonfinite_text,
 )
-from rankscope.monitor.tap import SpanTap
+from rankscope.monitor.worker_tap import SpanTap
 from rankscope.runtime.probe import register_handler, register_metrics_hook, register_summary
 
 __all__ = ["StepRecorder", "step_recorder"]
@@ -209,7 +209,7 @@ def summary() -> MonitorSummary | None:
     """A fixed-size summary of the recent steps (None before the first `step()` with numbers,
     and at level `off`); every `ALERTS_EVERY_S` it also raises this rank's alerts, and on the
     group's rank 0 judges the group's (stragglers, loss disagreement)."""
-    from rankscope.monitor import alerting
+    from rankscope.monitor import worker_alerts
     from rankscope.monitor.collectives import step_waits
 
     if not _level.RECORDING:
@@ -221,7 +221,7 @@ def summary() -> MonitorSummary | None:
         # a client left unchanged marks no steps; its collectives still show a straggler
         if time.monotonic() - _recorder.alerts_at >= ALERTS_EVERY_S and _recorded_collectives(1):
             _recorder.alerts_at = time.monotonic()
-            alerting.judge_group()
+            worker_alerts.judge_group()
         return None
     times = [s.t for s in samples]
     durations = [b - a for a, b in itertools.pairwise(times)]
@@ -244,7 +244,7 @@ def summary() -> MonitorSummary | None:
         _recorder.alerts = _local_alerts(memory)
         if settled:
             _recorder.nonfinite_judge_at = None
-        alerting.judge_group()
+        worker_alerts.judge_group()
     return MonitorSummary(
         step=samples[-1].step,
         step_s=statistics.median(durations) if durations else 0.0,
@@ -268,7 +268,7 @@ def _loss_level(samples: tuple[StepSample, ...]) -> float | None:
 def _local_alerts(memory: MemoryUse) -> tuple[str, ...]:
     """This rank's own findings over its recent steps, one line each; the alerted kinds are
     also raised as alerts (`monitor.alerting`)."""
-    from rankscope.monitor import alerting, analysis
+    from rankscope.monitor import analysis, worker_alerts
     from rankscope.monitor.model import Thresholds
 
     ctx = get_context()
@@ -282,7 +282,7 @@ def _local_alerts(memory: MemoryUse) -> tuple[str, ...]:
     except Exception:  # the summary must go out whatever the analysis does
         return ()
     own = [first] if first is not None and ctx.rank is None else []  # no group to judge it
-    alerting.raise_local(own + found)  # a rank's first NaN is its group judge's to name
+    worker_alerts.raise_local(own + found)  # a rank's first NaN is its group judge's to name
     lines = [f"first {nonfinite.where}"] if nonfinite is not None else []
     lines += [f.evidence for f in found]
     return tuple(line[:MAX_ALERT_CHARS] for line in lines[:MAX_ALERTS])

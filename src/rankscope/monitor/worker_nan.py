@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope import level as _level
-from rankscope.monitor.recorder import step_recorder
+from rankscope.monitor.worker import step_recorder
 from rankscope.runtime.probe import progress, register_step_hook
 
 __all__ = ["NanWatch", "watch_nan"]
