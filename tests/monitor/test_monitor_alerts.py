@@ -217,7 +217,7 @@ def test_span_names_map_to_phases() -> None:
 def test_phase_windows_count_overlaps_once_and_scale_to_the_step() -> None:
     s = 1_000_000_000
     spans = [("load_batch", -s, 2 * s), ("read_shard", s, 3 * s), ("forward", 3 * s, 5 * s)]
-    window = phase_window(spans, 0, 4 * s)  # clipped to the window: forward 3-4 s
+    window = phase_window(worker_spans, 0, 4 * s)  # clipped to the window: forward 3-4 s
     assert dict(window.seconds) == {"data loading": 3.0, "forward": 1.0}
     # a second window after a gap (a drain the tap did not see): shares of the covered time
     other = phase_window([("forward", 10 * s, 12 * s)], 10 * s, 12 * s)
@@ -269,7 +269,7 @@ def test_monitor_straggler_finding_names_the_phase_when_spans_exist() -> None:
 def test_span_tap_keeps_the_training_threads_phases_across_drains() -> None:
     import threading
 
-    from rankscope.trace import spans
+    from rankscope.trace import worker_spans
 
     tap = SpanTap()
     tap.poll()
@@ -284,7 +284,7 @@ def test_span_tap_keeps_the_training_threads_phases_across_drains() -> None:
                 time.sleep(0.005)
             samples.append(StepSample(len(samples), time.time()))
 
-    ring = spans.start_recording(1000)
+    ring = worker_spans.start_recording(1000)
     try:
         other = threading.Thread(target=lambda: rankscope.span("load_batch")(time.sleep)(0.1))
         other.start()  # another thread's spans are not the step's
@@ -297,7 +297,7 @@ def test_span_tap_keeps_the_training_threads_phases_across_drains() -> None:
         steps(4)
         tap.poll()
     finally:
-        spans.stop_recording()
+        worker_spans.stop_recording()
     assert len(tap.windows) == 2
     phases = {p.phase: p.seconds for p in tap.phases(samples)}
     assert phases["data loading"] == pytest.approx(0.02, rel=0.3), phases
@@ -305,17 +305,17 @@ def test_span_tap_keeps_the_training_threads_phases_across_drains() -> None:
 
 
 def test_span_tap_samples_the_phases_without_a_trace_window() -> None:
-    from rankscope.trace import spans
+    from rankscope.trace import worker_spans
 
     tap = SpanTap(sample_every_s=0.001, sample_steps=3)
-    spans.stop_recording()  # a sample the probe's own tap may have left running in this process
-    assert spans.recording() is None
+    worker_spans.stop_recording()  # a sample the probe's own tap may have left running in this process
+    assert worker_spans.recording() is None
     tap.poll()  # a rank that marks no steps is never sampled
-    assert spans.recording() is None
+    assert worker_spans.recording() is None
     samples = [StepSample(0, time.time())]
     try:
         tap.poll(stepping=True)  # no window records: a sample starts
-        assert spans.recording() is not None
+        assert worker_spans.recording() is not None
         for _ in range(4):
             with rankscope.span("load_batch"):
                 time.sleep(0.01)
@@ -323,13 +323,13 @@ def test_span_tap_samples_the_phases_without_a_trace_window() -> None:
                 time.sleep(0.001)
             rankscope.step()
             samples.append(StepSample(len(samples), time.time()))
-        assert spans.recording() is None  # it stopped itself after its 3 steps
+        assert worker_spans.recording() is None  # it stopped itself after its 3 steps
         tap.poll(stepping=True)  # reads what the ended sample holds
         assert len(tap.windows) == 1
         phases = {p.phase: p.seconds for p in tap.phases(samples)}
         assert phases["data loading"] > 2 * phases["forward"] > 0, phases
     finally:
-        spans.stop_recording()
+        worker_spans.stop_recording()
 
 
 # --------------------------------------------------------------------- level off

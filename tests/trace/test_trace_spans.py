@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import rankscope
-from rankscope.trace import handler, spans
-from rankscope.trace.decorator import arg_repr
+from rankscope.trace import spans, worker
 from rankscope.trace.model import TraceOptions
+from rankscope.trace.worker_decorator import arg_repr
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_bare_debug_decorator_and_bounded_reprs():
 
 def test_trace_command_starts_drains_and_stops():
     spans.stop_recording()
-    start = handler.trace_command({"action": "start", "session": "s1", "options": TraceOptions()})
+    start = worker.trace_command({"action": "start", "session": "s1", "options": TraceOptions()})
     assert start.spans == () and start.stopped_ns is None
 
     def work() -> None:
@@ -149,23 +149,23 @@ def test_trace_command_starts_drains_and_stops():
     thread.join()
     with rankscope.span("main"):
         rankscope.step()
-    chunk = handler.trace_command({"action": "drain", "session": "s1"})
+    chunk = worker.trace_command({"action": "drain", "session": "s1"})
     assert sorted(s[0] for s in chunk.spans) == ["in thread", "main"]
     assert len(chunk.steps) == 1 and chunk.counters[0][1] > 0
     with pytest.raises(RuntimeError, match="already tracing"):
-        handler.trace_command({"action": "start", "session": "s2", "options": TraceOptions()})
-    last = handler.trace_command({"action": "stop", "session": "s1"})
+        worker.trace_command({"action": "start", "session": "s2", "options": TraceOptions()})
+    last = worker.trace_command({"action": "stop", "session": "s1"})
     assert last.stopped_ns is not None and spans.recording() is None
     with pytest.raises(RuntimeError, match="no trace session"):
-        handler.trace_command({"action": "drain", "session": "other"})
+        worker.trace_command({"action": "drain", "session": "other"})
 
 
 def test_a_drain_ships_attribute_reprs_not_tensors():
     spans.stop_recording()
-    handler.trace_command({"action": "start", "session": "s3", "options": TraceOptions()})
+    worker.trace_command({"action": "start", "session": "s3", "options": TraceOptions()})
     with rankscope.span("step", batch=torch.ones(1000, 1000), n=3):
         pass
-    chunk = handler.trace_command({"action": "stop", "session": "s3"})
+    chunk = worker.trace_command({"action": "stop", "session": "s3"})
     [(_, _, _, _, attrs)] = chunk.spans
     assert attrs == {"batch": "Tensor(float32[1000, 1000], cpu)", "n": 3}
 
@@ -177,7 +177,7 @@ def test_session_drains_sooner_while_collectives_would_wrap_the_recorders_ring()
     new = {"calls": 0}
 
     def ask(kind, probes, args):
-        chunk = handler.trace_command(args)
+        chunk = worker.trace_command(args)
         return [(probes[0], replace(chunk, new_collectives=new["calls"]), "")]
 
     session = TraceSession(ask, [_status()], TraceOptions(), session="s4")
@@ -206,13 +206,13 @@ def test_torch_profiler_runs_in_the_training_thread_for_the_steps_asked():
 
     spans.stop_recording()
     options = TraceOptions(torch_profiler_steps=2)
-    start = handler.trace_command({"action": "start", "session": "s5", "options": options})
+    start = worker.trace_command({"action": "start", "session": "s5", "options": options})
     a = torch.randn(64, 64)
     for _ in range(4):  # step 1 starts the profiler, 2 more steps stop it
         with rankscope.span("matmul"):
             a = (a @ a).tanh()
         rankscope.step()
-    chunk = handler.trace_command({"action": "stop", "session": "s5"})
+    chunk = worker.trace_command({"action": "stop", "session": "s5"})
     torch_spans = [s for s in chunk.spans if s[3] < 0]
     assert any(s[0] == "aten::mm" for s in torch_spans), {s[0] for s in torch_spans}
     assert all(chunk.threads[s[3]].startswith("torch.profiler thread") for s in torch_spans)
@@ -236,10 +236,10 @@ def test_debug_level_full_captures_arguments_and_off_stops_tracing(ring):
         [(_, _, _, _, attrs)] = ring.take()[0]
         assert attrs["args"] == {"x": "7"} and "rss_delta_bytes" in attrs
         spans.stop_recording()
-        handler.trace_command({"action": "start", "session": "s6", "options": TraceOptions()})
+        worker.trace_command({"action": "start", "session": "s6", "options": TraceOptions()})
         level.set_level("off")
         assert spans.recording() is None  # the window stopped with the level
         with pytest.raises(RuntimeError, match="level is off"):
-            handler.trace_command({"action": "start", "session": "s7", "options": TraceOptions()})
+            worker.trace_command({"action": "start", "session": "s7", "options": TraceOptions()})
     finally:
         level.set_level("light")

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from rankscope import level
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.probe import progress
-from rankscope.trace import spans
+from rankscope.trace import worker_spans
 
 __all__ = ["arg_repr", "debug_decorator"]
 
@@ -193,8 +193,8 @@ def _finish(
             attrs["cuda_peak_bytes"] = peak_after
     if error is not None:
         attrs["error"] = f"{type(error).__name__}: {error}"[:200]
-    if spans.recording() is not None:
-        spans.record_span(name, call.start_ns, attrs or None)
+    if worker_spans.recording() is not None:
+        worker_spans.record_span(name, call.start_ns, attrs or None)
     if log_time:
         log.debug("%s took %.3f ms", name, elapsed * 1e3)
     if (error is not None or elapsed >= slow_s) and level.RECORDING:  # live `off`: no events

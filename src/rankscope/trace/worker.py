@@ -21,9 +21,9 @@ from rankscope.hang.worker_recorder import collective_recorder
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.clock import ClockEstimate
 from rankscope.runtime.probe import register_handler, register_summary
-from rankscope.trace import profiler, spans
-from rankscope.trace.decorator import arg_repr
+from rankscope.trace import spans, worker_profiler
 from rankscope.trace.model import CounterTuple, SpanTuple, TraceChunk, TraceOptions
+from rankscope.trace.worker_decorator import arg_repr
 
 __all__ = ["Session", "clock_estimate", "trace_command"]
 
@@ -82,7 +82,7 @@ def _start(session_id: str, options: TraceOptions) -> TraceChunk:
     if ring is None or options.steps is not None:
         ring = spans.start_recording(options.capacity, options.steps)
     if options.torch_profiler_steps > 0:
-        profiler.request(options.torch_profiler_steps)
+        worker_profiler.request(options.torch_profiler_steps)
     session = Session(
         session=session_id,
         options=options,
@@ -96,7 +96,7 @@ def _start(session_id: str, options: TraceOptions) -> TraceChunk:
 
 
 def _stop(session: Session) -> None:
-    profiler.cancel()
+    worker_profiler.cancel()
     if spans.recording() is session.ring:
         spans.stop_recording()
     if session.stopped_ns is None:
@@ -105,7 +105,7 @@ def _stop(session: Session) -> None:
 
 def _chunk(session: Session) -> TraceChunk:
     taken, steps, dropped = session.ring.take()
-    profiled, profiled_threads, profiled_dropped, errors = profiler.take_events()
+    profiled, profiled_threads, profiled_dropped, errors = worker_profiler.take_events()
     taken.extend(profiled)
     session.dropped_profiled += profiled_dropped
     if session.stopped_ns is None and spans.recording() is not session.ring:
