@@ -258,7 +258,7 @@ def test_level_full_traces_all_the_time_and_a_window_starts_with_what_came_befor
     """`full` includes tracing: spans go to the level's own bounded ring, a `rankscope trace`
     window's first chunk holds the spans from before it, and the ring records on after the
     window; back at light, span recording stops."""
-    from rankscope.trace import worker
+    from rankscope.trace import worker, worker_spans
     from rankscope.trace.model import TraceOptions
 
     worker_spans.stop_recording()  # a phase sample the monitor's tap may have left running (light)

@@ -217,7 +217,7 @@ def test_span_names_map_to_phases() -> None:
 def test_phase_windows_count_overlaps_once_and_scale_to_the_step() -> None:
     s = 1_000_000_000
     spans = [("load_batch", -s, 2 * s), ("read_shard", s, 3 * s), ("forward", 3 * s, 5 * s)]
-    window = phase_window(worker_spans, 0, 4 * s)  # clipped to the window: forward 3-4 s
+    window = phase_window(spans, 0, 4 * s)  # clipped to the window: forward 3-4 s
     assert dict(window.seconds) == {"data loading": 3.0, "forward": 1.0}
     # a second window after a gap (a drain the tap did not see): shares of the covered time
     other = phase_window([("forward", 10 * s, 12 * s)], 10 * s, 12 * s)
@@ -308,7 +308,7 @@ def test_span_tap_samples_the_phases_without_a_trace_window() -> None:
     from rankscope.trace import worker_spans
 
     tap = SpanTap(sample_every_s=0.001, sample_steps=3)
-    worker_spans.stop_recording()  # a sample the probe's own tap may have left running in this process
+    worker_spans.stop_recording()  # a sample the probe's own tap may have left running here
     assert worker_spans.recording() is None
     tap.poll()  # a rank that marks no steps is never sampled
     assert worker_spans.recording() is None
