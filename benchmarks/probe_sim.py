@@ -45,7 +45,7 @@ from rankscope.context import RankContext
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
 from rankscope.hang.worker import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.logs.model import TemplateStat
-from rankscope.logs.summary import within_share
+from rankscope.logs.worker_summary import within_share
 from rankscope.monitor.model import MemoryUse, MonitorSummary
 from rankscope.runtime.protocol import (
     BatchReply,

@@ -26,7 +26,7 @@ from rankscope.alerts.judge import run_job_judge
 from rankscope.alerts.model import SEVERITIES, Alert, AlertSettings, RegexRule
 from rankscope.alerts.webhook import WebhookSender
 from rankscope.context import get_context
-from rankscope.logs import summary as log_summary
+from rankscope.logs import worker_summary as log_summary
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.probe import register_handler, register_summary
 

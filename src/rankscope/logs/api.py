@@ -1,4 +1,5 @@
-"""`DistributedLogger`: a standard logger whose records land in this rank's JSON Lines file.
+"""The logs feature's public Python API: `DistributedLogger`, a standard logger whose records land
+in this rank's JSON Lines file, and `capture_logging` (the worker-side handler, `worker.py`).
 
 It is a `logging.LoggerAdapter` over `logging.getLogger(name)`: the stdlib's levels, handlers,
 filters and `%`-formatting work as usual, other handlers may be added to `.logger`, and `extra=`
@@ -13,10 +14,10 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from rankscope import level as _level
-from rankscope.logs import summary
-from rankscope.logs.handler import capture_logging
+from rankscope.logs import worker_summary
+from rankscope.logs.worker import capture_logging
 
-__all__ = ["DistributedLogger"]
+__all__ = ["DistributedLogger", "capture_logging"]
 
 
 class DistributedLogger(logging.LoggerAdapter[logging.Logger]):
@@ -48,7 +49,7 @@ class DistributedLogger(logging.LoggerAdapter[logging.Logger]):
         if logger.level == logging.NOTSET:  # else INFO would follow the root's WARNING
             logger.setLevel(level)
         capture_logging([name])
-        summary.set_settings(
+        worker_summary.set_settings(
             aggregation_interval=float(aggregation_interval), alert_threshold=float(alert_threshold)
         )
         super().__init__(logger, extra or {})

@@ -18,8 +18,8 @@ from json.encoder import encode_basestring_ascii
 
 from rankscope.context import get_context
 from rankscope.files import FILE_MODE, private_dirs
-from rankscope.logs import summary
-from rankscope.logs.files import ROTATE_KEEP, job_log_dir, rotated
+from rankscope.logs import worker_summary
+from rankscope.logs.io_paths import ROTATE_KEEP, job_log_dir, rotated
 from rankscope.runtime.probe import progress, register_startup
 
 __all__ = ["AUTO_CAPTURE_LEVEL", "RankFileHandler", "capture_logging", "rank_handler"]
@@ -70,7 +70,7 @@ class RankFileHandler(logging.Handler):
             message = record.getMessage()
             line = self._line(record, message)
             self._write(line.encode("utf-8", "replace"))
-            summary.note(record.levelname, message, record.created)
+            worker_summary.note(record.levelname, message, record.created)
         except Exception:
             self.failures += 1
 

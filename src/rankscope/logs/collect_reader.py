@@ -26,7 +26,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rankscope.logs.analysis import Folder, LogFilter, fold_partials, newest_folds
-from rankscope.logs.files import ROTATE_KEEP, job_log_dir, rotated, worker_std_files
+from rankscope.logs.io_paths import ROTATE_KEEP, job_log_dir, rotated, worker_std_files
 from rankscope.logs.model import LogLine, NodeLogs, PartialFold
 
 __all__ = ["parse_jsonl_line", "read_node", "read_node_remote"]
