@@ -140,22 +140,23 @@ def check_memory_snapshot(ctx: Ctx) -> dict[str, Any]:
 def check_memory_readers(ctx: Ctx) -> dict[str, Any]:
     """Every other reader of device memory: `gpus` (tenancy, co-tenants), the monitor's and the
     alerts' readings, the memory handler's device."""
-    from rankscope.alerts import rules
-    from rankscope.memory import handler, worker_gpus
-    from rankscope.monitor import worker
+    from rankscope.alerts import worker as alerts_worker
+    from rankscope.memory import worker as memory_worker
+    from rankscope.memory import worker_gpus
+    from rankscope.monitor import worker as monitor_worker
 
     ctx.need_cuda()
     x = torch.empty(GIB, dtype=torch.uint8, device="cuda:0")
     free, total = torch.cuda.mem_get_info()
     t, tenants = worker_gpus.current_tenancy(), worker_gpus.co_tenants(0)
-    use, reading = worker.memory_use(), rules._read_memory()
+    use, reading = monitor_worker.memory_use(), alerts_worker._read_memory()
     expect((t.torch_reserved or 0) >= GIB, f"gpus torch_reserved {t.torch_reserved} < 1 GiB")
     expect(t.torch_device_total == total, "gpus torch_device_total != mem_get_info total")
     expect(use.device_total == total, f"monitor memory_use total {use.device_total} != {total}")
     expect(abs(use.device_used - (total - free)) < GIB, "monitor memory_use used is off")
     expect(reading.device_total == total, "alerts _read_memory device total is off")
     expect(reading.device_used >= GIB, "alerts _read_memory device used < 1 GiB")
-    expect(handler._initialised_cuda_device() == 0, "memory handler sees no CUDA device")
+    expect(memory_worker._initialised_cuda_device() == 0, "memory handler sees no CUDA device")
     del x
     return {
         "tenancy": dataclasses.asdict(t),
@@ -439,7 +440,7 @@ def check_trace(ctx: Ctx) -> dict[str, Any]:
     from rankscope.context import get_context
     from rankscope.runtime.api import step
     from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
-    from rankscope.trace import debug_decorator, handler, span
+    from rankscope.trace import debug_decorator, span, worker
     from rankscope.trace.analysis import merge_chunks, split_collectives
     from rankscope.trace.chrome import render_trace
     from rankscope.trace.model import TraceOptions
@@ -452,15 +453,15 @@ def check_trace(ctx: Ctx) -> dict[str, Any]:
 
     sid = "gpu-check"
     opts = TraceOptions(ttl_s=120, torch_profiler_steps=2, ray_tasks=False)
-    chunks = [handler.trace_command({"action": "start", "session": sid, "options": opts})]
+    chunks = [worker.trace_command({"action": "start", "session": sid, "options": opts})]
     step()  # the profiler starts at this step boundary, in this thread
     for i in range(4):
         with span("gpu_step", i=i):
             work(a)
             sync(ctx)
         step()
-    chunks.append(handler.trace_command({"action": "drain", "session": sid}))
-    chunks.append(handler.trace_command({"action": "stop", "session": sid}))
+    chunks.append(worker.trace_command({"action": "drain", "session": sid}))
+    chunks.append(worker.trace_command({"action": "stop", "session": sid}))
     errors = [e for c in chunks for e in c.errors]
     expect(not errors, f"trace errors: {errors}")
     now = time.time()

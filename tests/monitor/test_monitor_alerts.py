@@ -106,7 +106,8 @@ def test_events_of_one_judge_about_two_ranks_stay_two_alerts_resolved_by_rank() 
 
 
 def test_publish_posts_the_alert_about_its_rank_to_the_webhook() -> None:
-    from rankscope.alerts.rules import configure_alerts, publish
+    from rankscope.alerts.api import configure_alerts
+    from rankscope.alerts.worker import publish
 
     with webhook_server() as (url, received):
         configure_alerts(webhook=url)
@@ -141,7 +142,7 @@ def test_a_throughput_drop_is_an_alert_with_its_step_a_rise_is_not() -> None:
 
 
 def test_raise_local_posts_a_throughput_drop_through_publish() -> None:
-    from rankscope.alerts.rules import configure_alerts
+    from rankscope.alerts.api import configure_alerts
     from rankscope.monitor import worker_alerts
 
     drop = analysis.throughput_drift(_samples(358), T.throughput_drift, rank=7)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from rankscope.debug import sync, worker
+from rankscope.debug import worker, worker_sync
 from rankscope.debug.model import LOOPBACK, DebugSession, SessionFrame
 
 log = logging.getLogger("rankscope")
@@ -215,7 +215,7 @@ class Session:
                     closable.close()
         worker.remove(self.id, outcome)
         if self.record.sync:
-            sync.announce("debug_resume", {"session_id": self.id}, self.record.job_id)
+            worker_sync.announce("debug_resume", {"session_id": self.id}, self.record.job_id)
 
 
 def open_session(
@@ -296,7 +296,7 @@ def open_session(
         record.id,
     )
     if sync_ranks and probe is not None:
-        sync.announce(
+        worker_sync.announce(
             "debug_pause",
             {
                 "session_id": record.id,

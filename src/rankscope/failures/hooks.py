@@ -31,7 +31,7 @@ from typing import Any
 
 from rankscope import level
 from rankscope.alerts.model import Alert
-from rankscope.alerts.rules import publish
+from rankscope.alerts.worker import publish
 from rankscope.context import get_context
 from rankscope.failures.analysis import RateLimit, TraceFrame, alert_message, task_error
 from rankscope.failures.analysis import worth_recording as _worth_recording

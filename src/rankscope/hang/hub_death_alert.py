@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rankscope.alerts.io_webhook import WebhookSender
 from rankscope.alerts.model import Alert, AlertSettings
-from rankscope.alerts.webhook import WebhookSender
 from rankscope.config import Config
 from rankscope.hang.io_death import ray_death
 from rankscope.hang.model import DeathKind

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.alerts.analysis import AlertGate
-from rankscope.alerts.judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.alerts.model import Alert
-from rankscope.alerts.rules import publish
+from rankscope.alerts.worker import publish
+from rankscope.alerts.worker_judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.context import get_context
 from rankscope.hang.analysis import RankEvidence, analyze_hang
 from rankscope.hang.model import FindingKind, RecorderSnapshot
@@ -235,7 +235,7 @@ def _groups(hub: HubReader, job_id: str | None, group: str) -> dict[str, tuple[i
     try:
         import ray
 
-        from rankscope.alerts.judge import JUDGE_TIMEOUT_S
+        from rankscope.alerts.worker_judge import JUDGE_TIMEOUT_S
 
         if hub.hub is None or job_id is None:
             return {}

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from rankscope.files import private_dirs, write_text_atomically
-from rankscope.memory import analysis, gpus
+from rankscope.memory import analysis, worker_gpus
 from rankscope.memory import worker_snapshot as snap
 
 log = logging.getLogger("rankscope")
@@ -99,7 +99,7 @@ class oom_guard(contextlib.ContextDecorator):
         )
         report = dataclasses.replace(report, path=self._target())
         if snapshot.cuda is not None:  # who else held this GPU's memory (NVML, where present)
-            tenants = gpus.co_tenants(device)
+            tenants = worker_gpus.co_tenants(device)
             if tenants:
                 report = dataclasses.replace(report, extra={**report.extra, "co_tenants": tenants})
         _write(report)

@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rankscope.alerts.judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.alerts.model import AlertSettings
-from rankscope.alerts.rules import publish
+from rankscope.alerts.worker import publish
+from rankscope.alerts.worker_judge import FALLBACK_RANKS, HubReader, judges_group
 from rankscope.context import get_context
 from rankscope.monitor.alert_rules import (
     AlertGate,

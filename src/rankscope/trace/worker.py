@@ -21,7 +21,7 @@ from rankscope.hang.worker_recorder import collective_recorder
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.clock import ClockEstimate
 from rankscope.runtime.probe import register_handler, register_summary
-from rankscope.trace import spans, worker_profiler
+from rankscope.trace import worker_profiler, worker_spans
 from rankscope.trace.model import CounterTuple, SpanTuple, TraceChunk, TraceOptions
 from rankscope.trace.worker_decorator import arg_repr
 
@@ -37,7 +37,7 @@ class Session:
 
     session: str
     options: TraceOptions
-    ring: spans.SpanRing
+    ring: worker_spans.SpanRing
     started_ns: int
     expires: float
     seen_total: int
@@ -78,9 +78,9 @@ def _start(session_id: str, options: TraceOptions) -> TraceChunk:
     busy = current is not None and current.stopped_ns is None and current.session != session_id
     if busy and current is not None and time.time() < current.expires:
         raise RuntimeError(f"already tracing for session {current.session}; try again later")
-    ring = spans.full_level_ring()  # at level full: the spans from before the window too
+    ring = worker_spans.full_level_ring()  # at level full: the spans from before the window too
     if ring is None or options.steps is not None:
-        ring = spans.start_recording(options.capacity, options.steps)
+        ring = worker_spans.start_recording(options.capacity, options.steps)
     if options.torch_profiler_steps > 0:
         worker_profiler.request(options.torch_profiler_steps)
     session = Session(
@@ -97,8 +97,8 @@ def _start(session_id: str, options: TraceOptions) -> TraceChunk:
 
 def _stop(session: Session) -> None:
     worker_profiler.cancel()
-    if spans.recording() is session.ring:
-        spans.stop_recording()
+    if worker_spans.recording() is session.ring:
+        worker_spans.stop_recording()
     if session.stopped_ns is None:
         session.stopped_ns = time.time_ns()
 
@@ -108,7 +108,7 @@ def _chunk(session: Session) -> TraceChunk:
     profiled, profiled_threads, profiled_dropped, errors = worker_profiler.take_events()
     taken.extend(profiled)
     session.dropped_profiled += profiled_dropped
-    if session.stopped_ns is None and spans.recording() is not session.ring:
+    if session.stopped_ns is None and worker_spans.recording() is not session.ring:
         session.stopped_ns = time.time_ns()  # stopped by itself (its steps were done)
     idents = {s[3] for s in taken} | {s[2] for s in steps}
     names = {t.ident: t.name for t in threading.enumerate() if t.ident in idents}

@@ -1,5 +1,7 @@
 """The worker side of alerts: each rank evaluates its own rules on its probe thread.
 
+The user sets them through `api.py` (`alert_on`, `configure_alerts`).
+
 The records the logs summary drains (`logs.summary.on_records`) feed the ERROR-burst,
 new-error-template and user regex rules; every `check_interval_s` the host memory (and the
 device memory when torch has initialized CUDA) is compared with the thresholds. An alert is an
@@ -22,15 +24,15 @@ from typing import Any
 
 from rankscope import level as _level
 from rankscope.alerts.analysis import ACK_ALL, ACK_EVENT, MemoryReading, RankRules
-from rankscope.alerts.judge import run_job_judge
-from rankscope.alerts.model import SEVERITIES, Alert, AlertSettings, RegexRule
-from rankscope.alerts.webhook import WebhookSender
+from rankscope.alerts.io_webhook import WebhookSender
+from rankscope.alerts.model import Alert, AlertSettings
+from rankscope.alerts.worker_judge import run_job_judge
 from rankscope.context import get_context
 from rankscope.logs import worker_summary as log_summary
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.probe import register_handler, register_summary
 
-__all__ = ["alert_on", "configure_alerts", "publish", "rules_state"]
+__all__ = ["publish", "rules_state"]
 
 _lock = threading.Lock()
 _settings: AlertSettings | None = None
@@ -53,62 +55,6 @@ def _state() -> RankRules:
 def rules_state() -> RankRules:
     """This process's rule state (tests and the level command read it)."""
     return _state()
-
-
-def configure_alerts(
-    *,
-    webhook: str | None = None,
-    error_burst: int | None = None,
-    error_window_s: float | None = None,
-    error_burst_scope: str | None = None,
-) -> AlertSettings:
-    """Where alerts go and when ERRORs make a burst, for this process; `error_burst_scope="job"`
-    counts every rank's ERRORs together (set it on every rank: the job's judge reads its own).
-
-    Example: `rankscope.configure_alerts(webhook="https://hooks.example/T0/B0")`.
-    """
-    if webhook and not webhook.startswith(("http://", "https://")):
-        raise ValueError(f"webhook {webhook!r} must be an http:// or https:// URL")
-    rules = _state()
-    changes = {
-        k: v
-        for k, v in (
-            ("webhook", webhook),
-            ("error_burst", error_burst),
-            ("error_window_s", error_window_s),
-            ("error_burst_scope", error_burst_scope),
-        )
-        if v is not None
-    }
-    rules.settings = dataclasses.replace(rules.settings, **changes)  # type: ignore[arg-type]
-    return rules.settings
-
-
-def alert_on(
-    pattern: str,
-    *,
-    severity: str = "warning",
-    count: int = 1,
-    window_s: float = 60.0,
-    name: str | None = None,
-    scope: str = "rank",
-) -> RegexRule:
-    """Raise an alert when `count` log lines match `pattern` within `window_s` seconds: on one
-    rank (`scope="rank"`), or across all ranks together (`scope="job"`, judged by one rank
-    through the hub; the alert names the ranks that contributed). A job-scoped rule counts the
-    lines of the processes that set it: call it on every rank (or actor) whose lines count. The
-    judge is the lowest live rank with job-scoped rules (without ranks: the lowest probe id).
-
-    Example: `rankscope.alert_on(r"CUDA out of memory", severity="critical")`.
-    Lines of every logger rankscope captures count (`DistributedLogger`, `capture_logging`).
-    """
-    if severity not in SEVERITIES:
-        raise ValueError(f"severity {severity!r} is not one of {', '.join(SEVERITIES)}")
-    rule = RegexRule(name or pattern, pattern, severity, count, window_s, scope)
-    rules = _state()
-    kept = [r for r in rules.settings.rules if r.name != rule.name]
-    rules.set_rules([*kept, rule])
-    return rule
 
 
 def publish(alerts: Sequence[Alert], resolved: Sequence[tuple[str, int | None]] = ()) -> None:
