@@ -506,17 +506,17 @@ def check_trace(ctx: Ctx) -> dict[str, Any]:
 
 
 def check_doctor(ctx: Ctx) -> dict[str, Any]:
-    from rankscope.doctor import facts
-    from rankscope.doctor.preflight import checks, probe
+    from rankscope.doctor import worker
+    from rankscope.doctor.preflight import checks, collect_node
     from rankscope.doctor.preflight.model import ClusterFacts, NodeFacts
 
-    names = facts._gpu_names(torch)
+    names = worker._gpu_names(torch)
     out: dict[str, Any] = {
-        "cuda": facts._torch_cuda_version(torch),
-        "nccl": facts._nccl_version(torch),
+        "cuda": worker._torch_cuda_version(torch),
+        "nccl": worker._nccl_version(torch),
         "gpu_names": names,
     }
-    raw = probe.node_facts({"tmp": ctx.tmp})
+    raw = collect_node.node_facts({"tmp": ctx.tmp})
     node = NodeFacts.from_probe("local", "local", raw, {"GPU": float(len(raw["gpus"]["devices"]))})
     verdict = checks.check_gpus([node], ClusterFacts("local", None, None, None))
     out.update(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rankscope.doctor.analysis import compare_environments
 from rankscope.doctor.model import EnvironmentFacts, JobEnvironment, ProcessFacts
-from rankscope.doctor.preflight.live import (
+from rankscope.doctor.preflight.collect_live import (
     PENDING,
     VERSIONS,
     gpu_sharing_check,

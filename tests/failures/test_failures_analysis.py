@@ -46,7 +46,7 @@ def test_library_code_outside_site_packages_is_still_not_the_users():
         "/src/ray/python/ray/actor.py",
         "/src/pytorch/torch/distributed/distributed_c10d.py",
         "/src/verl/verl/single_controller/ray/base.py",
-        "/work/rankscope/src/rankscope/failures/hooks.py",
+        "/work/rankscope/src/rankscope/failures/worker.py",
         "<frozen importlib._bootstrap>",
         "/usr/lib/python3.11/threading.py",
     ):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import uuid
 
+from rankscope.doctor.collect_nodes import NodeRef, alive_nodes, run_on_nodes
 from rankscope.doctor.config_lint.model import ClusterShape
-from rankscope.doctor.nodes import NodeRef, alive_nodes, run_on_nodes
-from rankscope.doctor.preflight import probe
+from rankscope.doctor.preflight import collect_node
 
 __all__ = ["cluster_shape"]
 
@@ -20,8 +20,8 @@ def cluster_shape(address: str | None, shared_dir: str | None = None) -> Cluster
 
     connect(address)
     nodes = alive_nodes()
-    probe.ship_by_value()
-    answers = run_on_nodes(probe.gpus, deadline_s=DEADLINE_S, nodes=nodes)
+    collect_node.ship_by_value()
+    answers = run_on_nodes(collect_node.gpus, deadline_s=DEADLINE_S, nodes=nodes)
     devices = [d for reply in answers.replies.values() for d in reply["devices"]]
     memory = [d["total_mib"] for d in devices if d.get("total_mib")]
     return ClusterShape(
@@ -36,18 +36,24 @@ def _sentinel(directory: str, nodes: list[NodeRef]) -> dict[str, str]:
     """{node label: "seen" or why not}; a sentinel written where the directory exists first."""
     token = uuid.uuid4().hex
     name = f".rankscope-doctor-{token[:12]}"
-    before = run_on_nodes(probe.read_sentinel, directory, name, deadline_s=DEADLINE_S, nodes=nodes)
+    before = run_on_nodes(
+        collect_node.read_sentinel, directory, name, deadline_s=DEADLINE_S, nodes=nodes
+    )
     have = [n for n in nodes if before.replies.get(n.node_id, {}).get("exists")]
     if not have:
         return {n.label: "directory missing" for n in nodes}
     wrote = run_on_nodes(
-        probe.write_sentinel, directory, name, token, deadline_s=DEADLINE_S, nodes=have[:1]
+        collect_node.write_sentinel, directory, name, token, deadline_s=DEADLINE_S, nodes=have[:1]
     )
     error = wrote.replies.get(have[0].node_id, "no answer") or None
     if error:
         return {n.label: f"not written on {have[0].label}: {error}" for n in nodes}
-    read = run_on_nodes(probe.read_sentinel, directory, name, deadline_s=DEADLINE_S, nodes=nodes)
-    run_on_nodes(probe.remove_sentinel, directory, name, deadline_s=DEADLINE_S, nodes=have[:1])
+    read = run_on_nodes(
+        collect_node.read_sentinel, directory, name, deadline_s=DEADLINE_S, nodes=nodes
+    )
+    run_on_nodes(
+        collect_node.remove_sentinel, directory, name, deadline_s=DEADLINE_S, nodes=have[:1]
+    )
     seen = {}
     for n in nodes:
         reply = read.replies.get(n.node_id)
