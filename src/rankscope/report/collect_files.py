@@ -40,7 +40,7 @@ class JobFiles:
 
 def read_job_files(job_dir: str, files: list[tuple[str, int]], *, series: bool) -> JobFiles:
     """The traces' digests and (when `series`) the ranks' whole-run step series."""
-    from rankscope.report.steps import read_step_files, series_from_docs, step_files
+    from rankscope.report.collect_steps import read_step_files, series_from_docs, step_files
 
     traces = read_traces(job_dir, files)
     if not series or not step_files(files):
