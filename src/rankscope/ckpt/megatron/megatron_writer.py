@@ -1,6 +1,6 @@
 """Writing Megatron's own formats from a HuggingFace checkpoint: `torch_dist` and legacy.
 
-`torch_dist` goes through `dist_writer` (one chunk in memory at a time). Legacy writes one
+`torch_dist` goes through `torch_dist_writer` (one chunk in memory at a time). Legacy writes one
 `mp_rank_NN[_PPP]/model_optim_rng.pt` per tensor- and pipeline-parallel rank with
 `{"model": state_dict, "checkpoint_version": 3.0, "iteration": 0}`: the Transformer-Engine layer
 spec's names (`linear_qkv.layer_norm_weight`; Megatron-LM's default), layers numbered from 0 in
@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rankscope.ckpt.mapping import Step
-from rankscope.ckpt.megatron.dist_writer import Progress, write_torch_dist
+from rankscope.ckpt.megatron.torch_dist_writer import Progress, write_torch_dist
 from rankscope.ckpt.megatron.layout import EXTRA_STATE_LINEARS, dist_layout, padded_vocab
 from rankscope.ckpt.model import ModelDims
 from rankscope.errors import CheckpointError

@@ -55,7 +55,7 @@ def write_torch_dist(
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from rankscope.ckpt.writer import DTYPE_OF_CODE
+    from rankscope.ckpt.safetensors_writer import DTYPE_OF_CODE
 
     torch_dtypes = {k: DTYPE_OF_CODE[v] for k, v in dtypes.items()}
     items, total = _plan_items(layout, torch_dtypes, dims)
