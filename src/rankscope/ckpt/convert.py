@@ -298,8 +298,8 @@ def _write(
     tmp: str,
     model_type: str,
 ) -> list[str]:
-    from rankscope.ckpt.tensors import fuse, split_fused, split_tp
     from rankscope.ckpt.safetensors_writer import SafetensorsWriter
+    from rankscope.ckpt.tensors import fuse, split_fused, split_tp
 
     flat = [t for e in entries for t in e]
     if way is Direction.HF_TO_MCORE:

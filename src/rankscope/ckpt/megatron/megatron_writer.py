@@ -18,8 +18,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rankscope.ckpt.mapping import Step
-from rankscope.ckpt.megatron.torch_dist_writer import Progress, write_torch_dist
 from rankscope.ckpt.megatron.layout import EXTRA_STATE_LINEARS, dist_layout, padded_vocab
+from rankscope.ckpt.megatron.torch_dist_writer import Progress, write_torch_dist
 from rankscope.ckpt.model import ModelDims
 from rankscope.errors import CheckpointError
 
