@@ -73,7 +73,7 @@ def judge_group(thresholds: Thresholds | None = None) -> None:
     if ctx.rank is None or ctx.rank >= FALLBACK_RANKS:
         return
     try:
-        from rankscope.monitor.collect import inputs_of
+        from rankscope.monitor.view import inputs_of
 
         # ranks 1-3 first ask only who is alive (no summaries), the judge then reads them all
         lean: list[str] | None = None if ctx.rank == 0 else []
@@ -96,8 +96,7 @@ def judge_group(thresholds: Thresholds | None = None) -> None:
 def _raise_silent(probes: Sequence[Any], job_id: str) -> None:
     """Ranks of the group with no step and no log while the others go on: raised here, so the
     run directory and the webhook hear of them while nobody runs `rankscope alerts`."""
-    from rankscope.alerts.analysis import silent_ranks
-    from rankscope.alerts.collect import silence_rows
+    from rankscope.alerts.analysis import silence_rows, silent_ranks
 
     now = time.time()
     silent = silent_ranks(silence_rows(list(probes)), now, _settings().silent_after_s, job_id)

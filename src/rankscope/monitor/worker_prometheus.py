@@ -61,8 +61,7 @@ class _HubCollector:
         import ray
         from prometheus_client.core import GaugeMetricFamily
 
-        from rankscope.monitor.collect import inputs_of
-        from rankscope.monitor.view import rank_rows
+        from rankscope.monitor.view import inputs_of, rank_rows
         from rankscope.runtime.hub import find_hub
 
         families = {
