@@ -101,7 +101,7 @@ class RankRules:
                 pattern = self._compiled.get(rule.name)
                 if pattern is None or not pattern.search(message):
                     continue
-                if rule.scope == "job":  # the judge counts it across ranks (`alerts.judge`)
+                if rule.scope == "job":  # the judge counts it across ranks (`alerts.worker_judge`)
                     self._count_for_job(f"rule:{rule.name}", rule.count, when, message)
                     continue
                 times = self._matches.setdefault(rule.name, collections.deque(maxlen=_WINDOW_MAX))

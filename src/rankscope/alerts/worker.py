@@ -2,7 +2,7 @@
 
 The user sets them through `api.py` (`alert_on`, `configure_alerts`).
 
-The records the logs summary drains (`logs.summary.on_records`) feed the ERROR-burst,
+The records the logs summary drains (`logs.worker_summary.on_records`) feed the ERROR-burst,
 new-error-template and user regex rules; every `check_interval_s` the host memory (and the
 device memory when torch has initialized CUDA) is compared with the thresholds. An alert is an
 `alert` event sent with the next heartbeat to the run directory (`alert_resolved` when a memory
@@ -151,7 +151,7 @@ def _check() -> dict[str, Any] | None:
         "webhook_failed": _webhook.failed,
     }
     if job_rules is not None:
-        summary["job_rules"] = job_rules  # the job's judge adds them up (`alerts.judge`)
+        summary["job_rules"] = job_rules  # the job's judge adds them up (`alerts.worker_judge`)
     return summary
 
 

@@ -8,7 +8,7 @@ from one hub read: the lowest live rank of the job's first group (rank 0 while i
 When no ranked process has such rules (verl actors without RANK), the live process with them
 and the lowest probe id judges. The judge reads each rule's count, window and severity from
 the summaries, so a rule set on any process is judged, whatever rules the judge itself has.
-The monitor's group judge (`monitor.alerting.judge_group`: stragglers, the silent-rank rule)
+The monitor's group judge (`monitor.worker_alerts.judge_group`: stragglers, the silent-rank rule)
 falls back the same way (`judges_group`). Pure functions here; `run_job_judge` is the probe
 thread's hub call.
 """

@@ -84,7 +84,7 @@ class RecorderSnapshot:
     """Records pushed out of the ring buffer since the start."""
     recording: bool
     flight: tuple[CollectiveRecord, ...] = ()
-    """torch's own flight recorder entries, when the job turned it on (see `hang.flight`)."""
+    """torch's own flight recorder entries, when the job turned it on (see `hang.worker_flight`)."""
     flight_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Group name -> ranks, as the flight recorder knows them (NCCL's; empty for gloo)."""
     paused: bool = False

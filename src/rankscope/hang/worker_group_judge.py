@@ -1,8 +1,8 @@
 """Hangs and desyncs raised as alerts within seconds, with no command run (deaths: the hub
-raises them, `hang.death_alert`, as it outlives a group torn down at its first death).
+raises them, `hang.hub_death_alert`, as it outlives a group torn down at its first death).
 
 The judge runs on the watchdog's thread of ranks 0-3 of each group; the lowest live one judges
-(as the monitor's group judge: `alerts.judge.judges_group`). Every `JUDGE_EVERY_S` while its
+(as the monitor's group judge: `alerts.worker_judge.judges_group`). Every `JUDGE_EVERY_S` while its
 own rank waits in a collective, else every `JUDGE_EVERY_LARGE_S`, it reads the hub once, lean
 (who lives, and since when each rank waits in a collective: `Progress`), and only when a
 rank of its group has waited (nearly) past `wait_threshold` or died does it read

@@ -397,7 +397,7 @@ def _patch(dist: ModuleType) -> None:
 
 
 def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn`, recording each call into this process's ring (see `hang.wrappers`)."""
+    """`fn`, recording each call into this process's ring (see `hang.worker_wrappers`)."""
     return wrap(op, fn, _recorder, op in POINT_TO_POINT)
 
 

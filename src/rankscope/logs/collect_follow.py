@@ -1,7 +1,7 @@
 """`rankscope logs --follow`: every second, print the lines written since the last read.
 
 Each node's task reads on from where the previous read stopped in each file (see
-`logs.reader`): a follow costs what was written since, not the size of the files, and no
+`logs.collect_reader`): a follow costs what was written since, not the size of the files, and no
 line is printed twice, also when Ray's .out files grow past the tail a plain read shows or a
 rankscope file rotates.
 """

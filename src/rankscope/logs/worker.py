@@ -4,7 +4,7 @@ Lines file, and `capture_logging()` to attach it to any logger.
 Each record is one `os.write` of one line to a file opened for appending without a buffer, so a
 SIGKILL right after the call loses nothing already logged. Files rotate by size
 (RANKSCOPE_LOG_MAX_BYTES, 64 MiB, two old files kept). The record's template and numbers are
-worked out later, on the probe thread (`logs.summary`): the training thread pays for one JSON
+worked out later, on the probe thread (`logs.worker_summary`): the training thread pays for one JSON
 line and one write. No error of the handler ever reaches the caller; failures are counted.
 """
 

@@ -267,7 +267,7 @@ def _loss_level(samples: tuple[StepSample, ...]) -> float | None:
 
 def _local_alerts(memory: MemoryUse) -> tuple[str, ...]:
     """This rank's own findings over its recent steps, one line each; the alerted kinds are
-    also raised as alerts (`monitor.alerting`)."""
+    also raised as alerts (`monitor.worker_alerts`)."""
     from rankscope.monitor import analysis, worker_alerts
     from rankscope.monitor.model import Thresholds
 

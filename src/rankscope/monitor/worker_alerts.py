@@ -4,7 +4,7 @@ Every rank raises its own findings (the first non-finite, loss spikes, divergenc
 heartbeat summary (`raise_local`); the group's rank 0 (the lowest live rank while it is dead)
 also judges its group every few seconds (`judge_group`: one hub call for the group's heartbeat
 summaries, then stragglers, loss disagreement and the alerts feature's silent-rank rule, which
-one rank cannot see alone). Both go through `alerts.rules.publish`: an `alert` event in the run
+one rank cannot see alone). Both go through `alerts.worker.publish`: an `alert` event in the run
 directory (so `rankscope alerts` and `rankscope status` list them) and a POST to the configured
 webhook. Runs on the probe thread; never raises.
 """
@@ -68,7 +68,7 @@ def raise_local(findings: Sequence[Finding]) -> None:
 
 def judge_group(thresholds: Thresholds | None = None) -> None:
     """On the group's rank 0 (or, while it is dead, the lowest live of ranks 1-3:
-    `alerts.judge.judges_group`): stragglers and loss disagreement over the group's summaries."""
+    `alerts.worker_judge.judges_group`): stragglers and loss disagreement over the group's summaries."""
     ctx = get_context()
     if ctx.rank is None or ctx.rank >= FALLBACK_RANKS:
         return

@@ -1,6 +1,6 @@
 """The ranks' whole-run step series from the run directory, for a report after the job ended.
 
-Each rank's monitor writes `steps-<who>.json` (`monitor.history`: at most 128 points, one per
+Each rank's monitor writes `steps-<who>.json` (`monitor.io_history`: at most 128 points, one per
 `stride` steps, with the tokens of each interval). Read back, they become the report's series
 (the same shape as the live ones) and the monitor's findings over them, so the loss, tokens/s
 and grad-norm charts and the training-health verdicts outlive the job.

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 PEERS = 2
 """Peers sampled beside the straggler: their mean share is what the group does anyway."""
 SAMPLE_S = 1.5
-"""How long each rank samples (the probe's own bound, `stacks.capture.MAX_SAMPLE_S`)."""
+"""How long each rank samples (the probe's own bound, `stacks.worker.MAX_SAMPLE_S`)."""
 STRAGGLER_RULES = frozenset({"straggler", "collective_latency"})
 MAX_STRAGGLERS = 2
 """Stragglers sampled at most: the verdict names one."""

@@ -1,6 +1,6 @@
 """The CLI side of `rankscope doctor`: ask every alive node, then Ray itself, then check.
 
-Three rounds of pinned tasks (`doctor.nodes.run_on_nodes`), each under the deadline: the
+Three rounds of pinned tasks (`doctor.collect_nodes.run_on_nodes`), each under the deadline: the
 shared-file-system sentinel written on the head node, every node's facts (in the job's
 environment with `--runtime-env`), and a clock round on the now-warm workers, whose round trips
 bound each node's clock offset.
