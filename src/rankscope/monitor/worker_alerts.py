@@ -68,7 +68,8 @@ def raise_local(findings: Sequence[Finding]) -> None:
 
 def judge_group(thresholds: Thresholds | None = None) -> None:
     """On the group's rank 0 (or, while it is dead, the lowest live of ranks 1-3:
-    `alerts.worker_judge.judges_group`): stragglers and loss disagreement over the group's summaries."""
+    `alerts.worker_judge.judges_group`): stragglers and loss disagreement over the group's
+    summaries."""
     ctx = get_context()
     if ctx.rank is None or ctx.rank >= FALLBACK_RANKS:
         return
