@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -141,9 +142,10 @@ def _recorder_at(revision: str) -> ModuleType:
 
     def either(new: str, old: str) -> str:
         try:
-            return source_at(revision, f"src/rankscope/hang/{new}")
+            source = source_at(revision, f"src/rankscope/hang/{new}")
         except subprocess.CalledProcessError:
-            return source_at(revision, f"src/rankscope/hang/{old}")
+            source = source_at(revision, f"src/rankscope/hang/{old}")
+        return _today_names(source)
 
     recorder = either("worker_recorder.py", "recorder.py")
     try:
@@ -155,6 +157,18 @@ def _recorder_at(revision: str) -> ModuleType:
             f"from rankscope.hang.{module} import wrap", "from wrappers_at_revision import wrap"
         )
     return load("recorder_at_revision", recorder)
+
+
+def _today_names(source: str) -> str:
+    """An old revision's recorder source importing today's modules under their names now."""
+    if "rankscope.hang.callsite" not in source:
+        return source
+    source = source.replace("rankscope.hang.callsite", "rankscope.hang.worker_callsite")
+    model_import = r"(from rankscope\.hang\.model import \([^)]*?)\n\s*error_text,"
+    if re.search(model_import, source):
+        source = re.sub(model_import, r"\1", source)
+        source += "\nfrom rankscope.hang.worker_callsite import error_text  # noqa: E402\n"
+    return source
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ memory per phase and per module) and `oom_guard` (on an out-of-memory error, say
 behind them runs in the worker: `worker_profiler.py`, `worker_usage.py`, `worker_oom.py`.
 """
 
-from rankscope.memory.oom import oom_guard
+from rankscope.memory.worker_oom import oom_guard
 from rankscope.memory.worker_profiler import MemoryProfiler
 from rankscope.memory.worker_usage import MemoryUsageProfile, profile_memory_usage
 

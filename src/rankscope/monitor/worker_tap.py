@@ -59,7 +59,7 @@ class SpanTap:
     def poll(self, stepping: bool = False) -> None:
         """Add the window since the last poll; with no window recording and `stepping` (the rank
         marks steps), start a sample now and then (probe thread; never raises)."""
-        module = sys.modules.get("rankscope.trace.spans")
+        module = sys.modules.get("rankscope.trace.worker_spans")
         if module is None:
             return
         try:

@@ -27,8 +27,8 @@ from rankscope.trace import worker
 from rankscope.trace.chrome import DEFAULT_BUDGET
 from rankscope.trace.collect import TraceSession, hub_asker, write_trace_file
 from rankscope.trace.model import TraceOptions, TraceSummary
-from rankscope.trace.spans import record_span, span
 from rankscope.trace.worker_decorator import debug_decorator
+from rankscope.trace.worker_spans import record_span, span
 
 __all__ = ["debug_decorator", "enable_detailed_tracing", "span"]
 
