@@ -12,7 +12,7 @@ report is written to the run directory before the backend's timeout (10-30 min) 
 and the evidence. While the level is switched live to `off` it checks nothing and writes no
 report; back at `light`, the time without a step counts from then.
 
-On ranks 0-3 the same thread runs the group's alert judge (`group_judge`), every 2 s.
+On ranks 0-3 the same thread runs the group's alert judge (`worker_group_judge`), every 2 s.
 
 Cost: at most one stack capture per check interval (1 s, or `hang_timeout / 4`), none before
 the first step and none while steps come faster than that. One check of a process with 30
