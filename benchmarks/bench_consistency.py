@@ -270,7 +270,7 @@ def bench_whole_check(params: float, repeats: int) -> None:
 def bench_bytes() -> None:
     from rankscope.consistency.fingerprint import fingerprint_tensors
     from rankscope.consistency.model import RankFingerprints
-    from rankscope.consistency.transport import encode
+    from rankscope.consistency.worker_transport import encode
 
     names = []
     for i in range(62):

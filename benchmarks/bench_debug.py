@@ -16,7 +16,7 @@ os.environ.pop("RANKSCOPE_DEBUG", None)
 os.environ.pop("RANKSCOPE_LEVEL", None)
 
 import rankscope
-from rankscope.debug.sync import wait_if_paused
+from rankscope.debug.worker_sync import wait_if_paused
 from rankscope.runtime.probe import progress
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -33,7 +34,7 @@ def worker(mode: str, rank: int, rendezvous: str, calls: int) -> None:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank]})
     torch.set_num_threads(1)
     if mode == "rankscope":
-        from rankscope.hang.recorder import record_collectives
+        from rankscope.hang.worker_recorder import record_collectives
 
         record_collectives()
     if mode == "busy2us":
@@ -100,7 +101,7 @@ def wrapper_cost(
     import torch.distributed as dist
 
     from rankscope import level
-    from rankscope.hang.recorder import _wrap
+    from rankscope.hang.worker_recorder import _wrap
 
     def all_reduce(tensor, op=None, group=None, async_op=False):  # type: ignore[no-untyped-def]
         return None
@@ -134,19 +135,40 @@ def wrapper_cost(
 
 
 def _recorder_at(revision: str) -> ModuleType:
-    """hang/recorder.py as it was at `revision`, imported beside today's, with the wrappers
-    of that revision (hang/wrappers.py) where it had them."""
+    """The collective recorder as it was at `revision` (hang/worker_recorder.py, before the
+    rename hang/recorder.py), imported beside today's, with the wrappers of that revision
+    (hang/worker_wrappers.py, or hang/wrappers.py) where it had them."""
     from at_revision import load, source_at
 
-    recorder = source_at(revision, "src/rankscope/hang/recorder.py")
+    def either(new: str, old: str) -> str:
+        try:
+            source = source_at(revision, f"src/rankscope/hang/{new}")
+        except subprocess.CalledProcessError:
+            source = source_at(revision, f"src/rankscope/hang/{old}")
+        return _today_names(source)
+
+    recorder = either("worker_recorder.py", "recorder.py")
     try:
-        load("wrappers_at_revision", source_at(revision, "src/rankscope/hang/wrappers.py"))
+        load("wrappers_at_revision", either("worker_wrappers.py", "wrappers.py"))
     except subprocess.CalledProcessError:  # before the generated wrappers: none to swap
         return load("recorder_at_revision", recorder)
-    recorder = recorder.replace(
-        "from rankscope.hang.wrappers import wrap", "from wrappers_at_revision import wrap"
-    )
+    for module in ("worker_wrappers", "wrappers"):
+        recorder = recorder.replace(
+            f"from rankscope.hang.{module} import wrap", "from wrappers_at_revision import wrap"
+        )
     return load("recorder_at_revision", recorder)
+
+
+def _today_names(source: str) -> str:
+    """An old revision's recorder source importing today's modules under their names now."""
+    if "rankscope.hang.callsite" not in source:
+        return source
+    source = source.replace("rankscope.hang.callsite", "rankscope.hang.worker_callsite")
+    model_import = r"(from rankscope\.hang\.model import \([^)]*?)\n\s*error_text,"
+    if re.search(model_import, source):
+        source = re.sub(model_import, r"\1", source)
+        source += "\nfrom rankscope.hang.worker_callsite import error_text  # noqa: E402\n"
+    return source
 
 
 def main() -> None:

@@ -122,7 +122,7 @@ class BenchRank(GlooMember):
         import torch
 
         import rankscope
-        from rankscope.hang.recorder import _wrap
+        from rankscope.hang.worker_recorder import _wrap
 
         def all_reduce(tensor, op=None, group=None, async_op=False):  # type: ignore[no-untyped-def]
             return None

@@ -41,7 +41,7 @@ RECORDS = 20_000
 def per_record_costs(trials: int, directory: str) -> dict[str, float]:
     """CPU ns per record of each way to log, trials interleaved."""
     from rankscope.logs import DistributedLogger
-    from rankscope.logs import summary as log_summary
+    from rankscope.logs import worker_summary as log_summary
 
     os.environ["RANKSCOPE_LOG_DIR"] = os.path.join(directory, "rs")
     std = logging.getLogger("bench.stdlib")
@@ -93,7 +93,7 @@ class Writer:
         return time.perf_counter() - start
 
     def log_dir(self) -> str:
-        from rankscope.logs.files import log_root
+        from rankscope.logs.io_paths import log_root
 
         return log_root()
 
@@ -210,7 +210,7 @@ def follow_read(lines: int = 200_000, trials: int = 5) -> tuple[float, float]:
     """Seconds of a whole read of one node's `lines`-line file, and of the next read (one new
     line) from the offsets the first returned; medians of `trials`."""
     from rankscope.logs.analysis import LogFilter
-    from rankscope.logs.reader import read_node
+    from rankscope.logs.collect_reader import read_node
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["RANKSCOPE_LOG_DIR"] = tmp

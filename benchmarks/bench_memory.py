@@ -168,7 +168,7 @@ class StockMemoryCommand:
         import linecache
         import tracemalloc
 
-        from rankscope.memory import profiler as module
+        from rankscope.memory import worker_profiler as module
 
         self.profiler = profiler
         self.filters = [
@@ -181,7 +181,7 @@ class StockMemoryCommand:
 
     def __call__(self) -> object:
         from rankscope.memory import analysis
-        from rankscope.memory import snapshot as snap
+        from rankscope.memory import worker_snapshot as snap
         from rankscope.memory.model import RankMemoryReply
 
         p: Any = self.profiler
@@ -357,7 +357,7 @@ def leak_test_costs(snapshots: int, requests: int) -> dict[str, float]:
     compressed to back-to-back calls: reused (10x its cost) against tested on every request.
     Thread CPU time, not wall time: it holds on a loaded machine."""
     import rankscope
-    import rankscope.memory.profiler as profiler_module
+    import rankscope.memory.worker_profiler as profiler_module
 
     out = {}
     with rankscope.MemoryProfiler(max_snapshots=snapshots) as profiler:

@@ -73,7 +73,7 @@ def bench_step(repeats: int) -> None:
 
     import rankscope
     from rankscope.demo.train import train_step
-    from rankscope.monitor.recorder import step_recorder
+    from rankscope.monitor.worker import step_recorder
 
     calls = 200_000
     bare = per_call_us(rankscope.step, calls, repeats)
@@ -188,7 +188,7 @@ def _comm_rank(rank: int, port: int, trials: int, queue: object) -> None:
     import torch
     import torch.distributed as dist
 
-    from rankscope.monitor.commbench import BenchRank, _iterations
+    from rankscope.monitor.collect_commbench import BenchRank, _iterations
 
     torch.set_num_threads(1)
     bench = BenchRank(rank, 2, "gloo")

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from rankscope.monitor.history import MAX_POINTS, file_name
+from rankscope.monitor.io_history import MAX_POINTS, file_name
 from rankscope.report.analysis import build_report
 from rankscope.report.collect import collect_run
 from rankscope.report.render import render_html
@@ -66,7 +66,7 @@ def synthetic_run(run_dir: str, ranks: int, snapshots: int, step_files: bool = T
     labels = [{"pid": 10_000 + r, "label": f"rank {r}"} for r in range(ranks)]
     profile = {"data": {"memory": {"ranks": labels}, "replies": replies}}
     write_atomically(run_dir, JOB, "memory-profile-1.json", json.dumps(profile))
-    for r in range(ranks if step_files else 0):  # each rank's whole run, as monitor.history
+    for r in range(ranks if step_files else 0):  # each rank's whole run, as monitor.io_history
         # writes it
         rows = [[s * 8, round(t0 + s * 0.8 + r * 1e-4, 3), round(2 / (1 + s / 50), 6),
                  32768.0, 1.25] for s in range(1, MAX_POINTS + 1)]  # fmt: skip

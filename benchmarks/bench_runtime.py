@@ -85,7 +85,7 @@ def bench_stacks(ray: Any, trials: int) -> None:
     from rankscope.runtime.ask import Selection
     from rankscope.runtime.client import HubClient
     from rankscope.stacks.collect import stack_reports
-    from rankscope.stacks.pyspy import pyspy_executable
+    from rankscope.stacks.collect_pyspy import pyspy_executable
 
     cls: Any = ray.remote(num_cpus=0)(Sleeper)
     actors = [cls.remote() for _ in range(8)]

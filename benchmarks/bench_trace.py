@@ -39,7 +39,7 @@ def per_call_ns(body: Callable[[int], None], loops: int = LOOPS) -> float:
 
 def span_costs(trials: int) -> dict[str, float]:
     import rankscope
-    from rankscope.trace import spans
+    from rankscope.trace import worker_spans
 
     def nullctx(n: int) -> None:
         null = contextlib.nullcontext
@@ -54,11 +54,11 @@ def span_costs(trials: int) -> dict[str, float]:
                 pass
 
     def span_on(n: int) -> None:
-        spans.start_recording(n + 10)
+        worker_spans.start_recording(n + 10)
         try:
             span(n)
         finally:
-            spans.stop_recording()
+            worker_spans.stop_recording()
 
     cases: dict[str, Callable[[int], None]] = {
         "nullcontext": nullctx,
@@ -187,8 +187,8 @@ def training_overhead(trials: int, steps: int = 300) -> tuple[float, float]:
 
     import rankscope
     from rankscope.demo.train import train_step
-    from rankscope.hang.recorder import record_collectives
-    from rankscope.trace import handler
+    from rankscope.hang.worker_recorder import record_collectives
+    from rankscope.trace import worker
     from rankscope.trace.model import TraceOptions
 
     record_collectives()  # on in both modes: the job's default with the setup hook
@@ -214,21 +214,19 @@ def training_overhead(trials: int, steps: int = 300) -> tuple[float, float]:
         for trial in range(trials * 2):
             off.append(run())
             session = f"bench{trial}"
-            handler.trace_command(
-                {"action": "start", "session": session, "options": TraceOptions()}
-            )
+            worker.trace_command({"action": "start", "session": session, "options": TraceOptions()})
             stop = threading.Event()
 
             def drain(session: str = session, stop: threading.Event = stop) -> None:
                 while not stop.wait(0.5):
-                    handler.trace_command({"action": "drain", "session": session})
+                    worker.trace_command({"action": "drain", "session": session})
 
             drainer = threading.Thread(target=drain, daemon=True)
             drainer.start()
             on.append(run())
             stop.set()
             drainer.join()
-            handler.trace_command({"action": "stop", "session": session})
+            worker.trace_command({"action": "stop", "session": session})
         dist.destroy_process_group()
     return statistics.median(off), statistics.median(on)
 

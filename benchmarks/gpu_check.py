@@ -108,7 +108,7 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------------------------- checks
 def check_memory_snapshot(ctx: Ctx) -> dict[str, Any]:
-    from rankscope.memory import snapshot as snap
+    from rankscope.memory import worker_snapshot as snap
 
     ctx.need_cuda()
     expect(snap.cuda_device_index("cuda:0") == 0, "cuda_device_index('cuda:0') != 0")
@@ -140,22 +140,23 @@ def check_memory_snapshot(ctx: Ctx) -> dict[str, Any]:
 def check_memory_readers(ctx: Ctx) -> dict[str, Any]:
     """Every other reader of device memory: `gpus` (tenancy, co-tenants), the monitor's and the
     alerts' readings, the memory handler's device."""
-    from rankscope.alerts import rules
-    from rankscope.memory import gpus, handler
-    from rankscope.monitor import recorder
+    from rankscope.alerts import worker as alerts_worker
+    from rankscope.memory import worker as memory_worker
+    from rankscope.memory import worker_gpus
+    from rankscope.monitor import worker as monitor_worker
 
     ctx.need_cuda()
     x = torch.empty(GIB, dtype=torch.uint8, device="cuda:0")
     free, total = torch.cuda.mem_get_info()
-    t, tenants = gpus.current_tenancy(), gpus.co_tenants(0)
-    use, reading = recorder.memory_use(), rules._read_memory()
+    t, tenants = worker_gpus.current_tenancy(), worker_gpus.co_tenants(0)
+    use, reading = monitor_worker.memory_use(), alerts_worker._read_memory()
     expect((t.torch_reserved or 0) >= GIB, f"gpus torch_reserved {t.torch_reserved} < 1 GiB")
     expect(t.torch_device_total == total, "gpus torch_device_total != mem_get_info total")
     expect(use.device_total == total, f"monitor memory_use total {use.device_total} != {total}")
     expect(abs(use.device_used - (total - free)) < GIB, "monitor memory_use used is off")
     expect(reading.device_total == total, "alerts _read_memory device total is off")
     expect(reading.device_used >= GIB, "alerts _read_memory device used < 1 GiB")
-    expect(handler._initialised_cuda_device() == 0, "memory handler sees no CUDA device")
+    expect(memory_worker._initialised_cuda_device() == 0, "memory handler sees no CUDA device")
     del x
     return {
         "tenancy": dataclasses.asdict(t),
@@ -380,19 +381,19 @@ def check_fingerprint_speed(ctx: Ctx) -> dict[str, Any]:
 
 
 def check_watch_nan(ctx: Ctx) -> dict[str, Any]:
-    from rankscope.monitor import nan
+    from rankscope.monitor import worker_nan
 
     def model() -> torch.nn.Sequential:
         return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)).to(ctx.device)
 
     x = torch.randn(16, 64, device=ctx.device)
     m = model()
-    w = nan.watch_nan(m)
+    w = worker_nan.watch_nan(m)
     m(x).sum().backward()
     expect(w.check() == "", f"finite forward reported {w.found!r}")
     w.remove()
     m = model()
-    w = nan.watch_nan(m)
+    w = worker_nan.watch_nan(m)
     bad = x.clone()
     bad[3, 5] = float("nan")
     m(bad)
@@ -400,7 +401,7 @@ def check_watch_nan(ctx: Ctx) -> dict[str, Any]:
     expect(found_act.startswith("activation in 0"), f"NaN input: {found_act!r}")
     w.remove()
     m = model()
-    w = nan.watch_nan(m)
+    w = worker_nan.watch_nan(m)
     m(x).sum().backward()
     grad = dict(m.named_parameters())["1.weight"].grad
     expect(grad is not None, "no gradient after backward")
@@ -411,17 +412,17 @@ def check_watch_nan(ctx: Ctx) -> dict[str, Any]:
     w.remove()
     n = GIB // 4 if ctx.cuda else 16 * MIB  # 1 GiB of float32 on CUDA
     big = torch.randn(n, device=ctx.device)
-    expect(not nan._any_nonfinite([big]), "fused check: finite 1 GiB tensor flagged")
-    check_s = timed(ctx, lambda: nan._any_nonfinite([big]), 5)
+    expect(not worker_nan._any_nonfinite([big]), "fused check: finite 1 GiB tensor flagged")
+    check_s = timed(ctx, lambda: worker_nan._any_nonfinite([big]), 5)
     ident = torch.nn.Sequential(torch.nn.Identity(), torch.nn.Dropout(0.0)).eval()
     bare_s = timed(ctx, lambda: ident(big), 5)
-    w = nan.watch_nan(ident)
+    w = worker_nan.watch_nan(ident)
     watched_s = timed(ctx, lambda: (ident(big), w.sums.pop()), 5)  # the sum it kept
     w.remove()
     big[-1] = float("nan")
-    expect(nan._any_nonfinite([big]), "fused check missed a NaN at the end")
+    expect(worker_nan._any_nonfinite([big]), "fused check missed a NaN at the end")
     big[-1] = float("-inf")
-    expect(nan._any_nonfinite([big]), "fused check missed a -inf at the end")
+    expect(worker_nan._any_nonfinite([big]), "fused check missed a -inf at the end")
     mib = big.nbytes / MIB
     return {
         "activation": found_act,
@@ -439,7 +440,7 @@ def check_trace(ctx: Ctx) -> dict[str, Any]:
     from rankscope.context import get_context
     from rankscope.runtime.api import step
     from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
-    from rankscope.trace import debug_decorator, handler, span
+    from rankscope.trace import debug_decorator, span, worker
     from rankscope.trace.analysis import merge_chunks, split_collectives
     from rankscope.trace.chrome import render_trace
     from rankscope.trace.model import TraceOptions
@@ -452,15 +453,15 @@ def check_trace(ctx: Ctx) -> dict[str, Any]:
 
     sid = "gpu-check"
     opts = TraceOptions(ttl_s=120, torch_profiler_steps=2, ray_tasks=False)
-    chunks = [handler.trace_command({"action": "start", "session": sid, "options": opts})]
+    chunks = [worker.trace_command({"action": "start", "session": sid, "options": opts})]
     step()  # the profiler starts at this step boundary, in this thread
     for i in range(4):
         with span("gpu_step", i=i):
             work(a)
             sync(ctx)
         step()
-    chunks.append(handler.trace_command({"action": "drain", "session": sid}))
-    chunks.append(handler.trace_command({"action": "stop", "session": sid}))
+    chunks.append(worker.trace_command({"action": "drain", "session": sid}))
+    chunks.append(worker.trace_command({"action": "stop", "session": sid}))
     errors = [e for c in chunks for e in c.errors]
     expect(not errors, f"trace errors: {errors}")
     now = time.time()
@@ -505,17 +506,17 @@ def check_trace(ctx: Ctx) -> dict[str, Any]:
 
 
 def check_doctor(ctx: Ctx) -> dict[str, Any]:
-    from rankscope.doctor import facts
-    from rankscope.doctor.preflight import checks, probe
+    from rankscope.doctor import worker
+    from rankscope.doctor.preflight import checks, collect_node
     from rankscope.doctor.preflight.model import ClusterFacts, NodeFacts
 
-    names = facts._gpu_names(torch)
+    names = worker._gpu_names(torch)
     out: dict[str, Any] = {
-        "cuda": facts._torch_cuda_version(torch),
-        "nccl": facts._nccl_version(torch),
+        "cuda": worker._torch_cuda_version(torch),
+        "nccl": worker._nccl_version(torch),
         "gpu_names": names,
     }
-    raw = probe.node_facts({"tmp": ctx.tmp})
+    raw = collect_node.node_facts({"tmp": ctx.tmp})
     node = NodeFacts.from_probe("local", "local", raw, {"GPU": float(len(raw["gpus"]["devices"]))})
     verdict = checks.check_gpus([node], ClusterFacts("local", None, None, None))
     out.update(
@@ -554,8 +555,12 @@ def check_dist_init(ctx: Ctx) -> dict[str, Any]:
 
 def check_collective_recorder(ctx: Ctx) -> dict[str, Any]:
     from rankscope.hang.model import CallState
-    from rankscope.hang.recorder import collective_recorder, record_collectives, stop_recording
-    from rankscope.monitor import recorder as monitor_recorder
+    from rankscope.hang.worker_recorder import (
+        collective_recorder,
+        record_collectives,
+        stop_recording,
+    )
+    from rankscope.monitor import worker as monitor_recorder
     from rankscope.monitor.collectives import step_waits
 
     ctx.need_group()
@@ -640,8 +645,8 @@ def check_dist_destroy(ctx: Ctx) -> dict[str, Any]:
 
 
 def check_commbench(ctx: Ctx) -> dict[str, Any]:
+    from rankscope.monitor.collect_commbench import BenchRank
     from rankscope.monitor.comm import bus_bandwidth, message_sizes
-    from rankscope.monitor.commbench import BenchRank
 
     if ctx.hung or ctx.group:
         raise Skip("an earlier check hung, or the group is still up")

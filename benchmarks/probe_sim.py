@@ -42,10 +42,10 @@ from typing import Any
 
 from rankscope._version import __version__
 from rankscope.context import RankContext
-from rankscope.hang.evidence import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+from rankscope.hang.worker import INLINE_RANKS, WINDOW_PER_GROUP
 from rankscope.logs.model import TemplateStat
-from rankscope.logs.summary import within_share
+from rankscope.logs.worker_summary import within_share
 from rankscope.monitor.model import MemoryUse, MonitorSummary
 from rankscope.runtime.protocol import (
     BatchReply,
@@ -58,17 +58,17 @@ from rankscope.runtime.protocol import (
     Summaries,
 )
 from rankscope.runtime.relay import RelayCore
-from rankscope.stacks.capture import spacing_wait
 from rankscope.stacks.model import Frame, ThreadStack, active_thread, headline
+from rankscope.stacks.worker import spacing_wait
 
 RANKS_PER_NODE = 8
 """Simulated ranks per simulated node: each node's ranks share one relay when the hub asks."""
 GROUP = "10.0.0.1:29500"
 """The rendezvous every simulated rank shares (one group of ranks)."""
 SUMMARY_RECORDS = 16
-"""As `hang.evidence.SUMMARY_RECORDS`: collective records sent with every heartbeat."""
+"""As `hang.worker.SUMMARY_RECORDS`: collective records sent with every heartbeat."""
 RING_RECORDS = 2000
-"""As `hang.recorder.DEFAULT_CAPACITY`: the ring buffer a `collectives` command returns."""
+"""As `hang.worker_recorder.DEFAULT_CAPACITY`: the ring buffer a `collectives` command returns."""
 ODD_EVERY = 997
 """One rank in this many is odd (in the data loader, not all_reduce), and the job's last."""
 
@@ -189,7 +189,7 @@ def collective_records(rank: int, count: int, now: float) -> tuple[CollectiveRec
 
 def groups(world: int) -> dict[str, tuple[int, ...]]:
     """The groups a rank used with ALL their ranks (the default group of a data-parallel job
-    holds every rank of the world): what `hang.evidence.seen_groups` sends the hub once."""
+    holds every rank of the world): what `hang.worker.seen_groups` sends the hub once."""
     return {"0": tuple(range(world))}
 
 
@@ -197,7 +197,7 @@ def recorder_snapshot(
     rank: int, world: int, count: int, now: float, with_groups: bool = True
 ) -> RecorderSnapshot:
     """As the recorder's `snapshot()`: its records, and the groups seen (not in a heartbeat's
-    summary: `with_groups=False`, as `hang.evidence.last_collectives`)."""
+    summary: `with_groups=False`, as `hang.worker.last_collectives`)."""
     return RecorderSnapshot(
         records=collective_records(rank, count, now),
         groups=groups(world) if with_groups else {},
@@ -207,7 +207,7 @@ def recorder_snapshot(
 
 
 def logs_summary() -> dict[str, Any]:
-    """As `logs.summary`'s: a busy trainer's log templates (per-step lines, rollout and
+    """As `logs.worker_summary`'s: a busy trainer's log templates (per-step lines, rollout and
     checkpoint lines, a few warnings), as many as fit the summary's share of the heartbeat."""
     now = time.time()
     lines = [
@@ -241,12 +241,12 @@ MONITOR = MonitorSummary(
     step=1000, step_s=0.82, tokens_per_s=48_213.5, loss=1.93, grad_norm=0.71, wait_s=0.05,
     memory=MemoryUse(61 << 30, 80 << 30, 120 << 30, 2 << 40), loss_level=1.95,
 )  # fmt: skip
-"""As `monitor.recorder.summary`'s for a rank stepping with loss, tokens and grad_norm."""
+"""As `monitor.worker.summary`'s for a rank stepping with loss, tokens and grad_norm."""
 
 
 def summaries(rank: int, world: int, now: float) -> Summaries:
     """What a real probe sends with every heartbeat: every feature's summary, sized as a busy
-    trainer's (`where` and `collectives` from `hang.evidence`, `logs`, `monitor`, `clock`;
+    trainer's (`where` and `collectives` from `hang.worker`, `logs`, `monitor`, `clock`;
     `alerts` is None while none fired)."""
     odd = is_odd(rank, world)
     where = "next_batch data.py:41" if odd else "all_reduce <- train_step train.py:88"
@@ -396,7 +396,7 @@ class SimProbe:
                 s.answered += 1
 
     async def _spaced(self, command: Command) -> None:
-        """As `stacks.capture.LookSpacing`: a `stacks` with `apart_s` is answered that long
+        """As `stacks.worker.LookSpacing`: a `stacks` with `apart_s` is answered that long
         after this rank's previous one at most (waiting here holds no other rank)."""
         if command.kind != "stacks":
             return
@@ -416,7 +416,7 @@ class SimProbe:
         and kept: one simulator answers for many ranks on one core, a real rank for itself."""
         if command.kind == "stacks":
             return self._cached("stacks", lambda: stacks_payload(self.rank, self.sim.world))
-        if command.kind == "where":  # as hang.evidence.where_now
+        if command.kind == "where":  # as hang.worker.where_now
             return self._cached(
                 "where", lambda: where_now(stacks_payload(self.rank, self.sim.world))
             )
@@ -425,7 +425,7 @@ class SimProbe:
         if command.kind == "collectives":  # one group: its newest `per_group`, as the probe
             ring, world = min(self.sim.ring, command.args.get("per_group") or 10**9), self.sim.world
             return self._cached(
-                f"collectives-{ring}",  # as hang.evidence: rank lists inline only for small groups
+                f"collectives-{ring}",  # as hang.worker: rank lists inline only for small groups
                 lambda: recorder_snapshot(
                     self.rank, world, ring, time.time(), with_groups=world <= INLINE_RANKS
                 ),

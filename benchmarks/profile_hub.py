@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psutil
 
 import bench_scale
-from rankscope.stacks.pyspy import pyspy_executable
+from rankscope.stacks.collect_pyspy import pyspy_executable
 
 
 def main() -> int:

@@ -13,8 +13,8 @@ from rankscope.alerts.analysis import (
     alerts_from_events,
     silent_ranks,
 )
+from rankscope.alerts.io_webhook import WebhookSender
 from rankscope.alerts.model import AlertSettings, RegexRule
-from rankscope.alerts.webhook import WebhookSender
 from rankscope.errors import UserError
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from rankscope.alerts.analysis import RankRules
-from rankscope.alerts.judge import (
+from rankscope.alerts.model import AlertSettings, RegexRule
+from rankscope.alerts.worker_judge import (
     Cooldown,
     JobRuleRow,
     job_rule_alerts,
@@ -15,7 +16,6 @@ from rankscope.alerts.judge import (
     judges_group,
     judges_job,
 )
-from rankscope.alerts.model import AlertSettings, RegexRule
 from rankscope.context import RankContext
 from rankscope.errors import UserError
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
@@ -188,7 +188,7 @@ def test_without_ranks_the_lowest_probe_id_with_job_rules_judges():
     a ranked process with such rules takes the judging back."""
     from dataclasses import replace
 
-    from rankscope.alerts.judge import _Judge
+    from rankscope.alerts.worker_judge import _Judge
 
     alive = ProbeState.ALIVE
     probes = [

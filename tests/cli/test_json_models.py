@@ -29,8 +29,8 @@ from rankscope.hang.model import HangReport
 from rankscope.levels.model import RankLevel
 from rankscope.logs.model import JobLogs
 from rankscope.memory.analysis import ClusterMemory
-from rankscope.memory.by_gpu import JobGpus
-from rankscope.memory.profile_files import MemoryProfile, MemoryProfileFiles
+from rankscope.memory.collect_by_gpu import JobGpus
+from rankscope.memory.collect_profile import MemoryProfile, MemoryProfileFiles
 from rankscope.monitor.comm import CommBench
 from rankscope.monitor.model import JobHealth, JobTop
 from rankscope.report.model import RunReport

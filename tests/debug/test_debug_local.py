@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from helpers.workers import wait_until
-from rankscope.debug import post_mortem, registry
+from rankscope.debug import post_mortem, worker
 from rankscope.debug.analysis import (
     PortVerdict,
     attach_route,
@@ -19,9 +19,9 @@ from rankscope.debug.analysis import (
     select_session,
     vscode_launch,
 )
-from rankscope.debug.client import run_terminal
+from rankscope.debug.cli_attach import run_terminal
+from rankscope.debug.cli_tunnel import SocketConnection
 from rankscope.debug.model import DebugSession
-from rankscope.debug.tunnel import SocketConnection
 from rankscope.errors import UserError
 
 
@@ -129,7 +129,7 @@ def test_post_mortem_reraises_at_once_when_debugging_is_off():
 
     with pytest.raises(ZeroDivisionError):
         divide(7, 0)  # would wait 30 s in a session if one were opened
-    assert registry.open_sessions() == []
+    assert worker.open_sessions() == []
 
 
 def test_post_mortem_decorator_serves_the_raising_frame_then_reraises(no_probe_left):
@@ -148,7 +148,7 @@ def test_post_mortem_decorator_serves_the_raising_frame_then_reraises(no_probe_l
 
     thread = threading.Thread(target=run)
     thread.start()
-    session = wait_until(lambda: next(iter(registry.open_sessions()), None), what="a session")
+    session = wait_until(lambda: next(iter(worker.open_sessions()), None), what="a session")
     assert session.reason == "post-mortem" and session.function == "divide"
     assert session.exception == "ZeroDivisionError: division by zero"
 
@@ -159,7 +159,7 @@ def test_post_mortem_decorator_serves_the_raising_frame_then_reraises(no_probe_l
     thread.join(10)
     assert "700" in out.getvalue()
     assert outcome and isinstance(outcome[0], ZeroDivisionError)
-    assert registry.open_sessions() == []
+    assert worker.open_sessions() == []
 
 
 def test_debug_command_surface():

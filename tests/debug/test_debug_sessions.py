@@ -20,7 +20,7 @@ from workers_debug import DebugRank
 import rankscope.cli.main as cli
 from helpers.cluster import cluster_address, line_of, run_cli, run_demo, wait_registered
 from helpers.workers import WORKER_NODE_RESOURCE, wait_until
-from rankscope.debug.client import connect, run_terminal
+from rankscope.debug.cli_attach import connect, run_terminal
 from rankscope.debug.collect import list_sessions
 from rankscope.debug.model import DebugSession
 from rankscope.runtime.ask import Selection

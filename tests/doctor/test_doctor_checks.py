@@ -16,6 +16,7 @@ from rankscope.doctor.preflight.checks import (
     run_checks,
     version_tuple,
 )
+from rankscope.doctor.preflight.collect_node import node_facts, parse_xids
 from rankscope.doctor.preflight.model import (
     ClusterFacts,
     Gpu,
@@ -23,7 +24,6 @@ from rankscope.doctor.preflight.model import (
     PreflightReport,
     Status,
 )
-from rankscope.doctor.preflight.probe import node_facts, parse_xids
 from rankscope.doctor.preflight.render import render_html, render_preflight
 
 GIB = 1 << 30

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 import rankscope.cli.main as cli
-from rankscope.doctor.nodes import alive_nodes, run_on_nodes
-from rankscope.doctor.preflight.probe import FAKE_VERSION_VAR
+from rankscope.doctor.collect_nodes import alive_nodes, run_on_nodes
+from rankscope.doctor.preflight.collect_node import FAKE_VERSION_VAR
 
 ODD_NODE_RESOURCE = "doctor_odd_node"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rankscope.doctor.analysis import compare_environments
 from rankscope.doctor.model import EnvironmentFacts, JobEnvironment, ProcessFacts
-from rankscope.doctor.preflight.live import (
+from rankscope.doctor.preflight.collect_live import (
     PENDING,
     VERSIONS,
     gpu_sharing_check,
@@ -15,7 +15,7 @@ from rankscope.doctor.preflight.live import (
 )
 from rankscope.doctor.preflight.model import Status
 from rankscope.memory.analysis.gpus import GpuShare, TenantRow
-from rankscope.memory.by_gpu import JobGpus
+from rankscope.memory.collect_by_gpu import JobGpus
 from rankscope.resources.model import Demand, DemandKind, PendingReport, PendingVerdict, Verdict
 
 GIB = 1 << 30

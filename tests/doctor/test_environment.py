@@ -247,7 +247,7 @@ def test_the_facts_cross_as_plain_values_so_the_cli_never_imports_torch_to_read_
 
     import torch  # noqa: F401  (the job imported it)
 
-    from rankscope.doctor.facts import collect_facts
+    from rankscope.doctor.worker import collect_facts
 
     facts = collect_facts()
     assert type(facts.torch) is str

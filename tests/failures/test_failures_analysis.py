@@ -46,7 +46,7 @@ def test_library_code_outside_site_packages_is_still_not_the_users():
         "/src/ray/python/ray/actor.py",
         "/src/pytorch/torch/distributed/distributed_c10d.py",
         "/src/verl/verl/single_controller/ray/base.py",
-        "/work/rankscope/src/rankscope/failures/hooks.py",
+        "/work/rankscope/src/rankscope/failures/worker.py",
         "<frozen importlib._bootstrap>",
         "/usr/lib/python3.11/threading.py",
     ):
@@ -66,7 +66,7 @@ def test_a_collective_that_raised_under_the_users_frame_is_told_apart():
     """A peer died: the rank's all_reduce raised inside torch.distributed, not its own code."""
     failed = [
         TraceFrame("/home/me/job/train.py", 40, "train"),
-        TraceFrame("/work/rankscope/src/rankscope/hang/recorder.py", 380, "recorded"),
+        TraceFrame("/work/rankscope/src/rankscope/hang/worker_recorder.py", 380, "recorded"),
         TraceFrame(f"{SITE}/torch/distributed/c10d_logger.py", 81, "wrapper"),
         TraceFrame(f"{SITE}/torch/distributed/distributed_c10d.py", 2806, "all_reduce"),
     ]

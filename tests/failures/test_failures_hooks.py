@@ -13,7 +13,7 @@ import time
 import pytest
 import ray.util
 
-from rankscope.failures import hooks
+from rankscope.failures import worker
 from rankscope.failures.analysis import RateLimit
 from rankscope.runtime import task_failure
 
@@ -27,7 +27,7 @@ def train_loop() -> None:
 
 @pytest.fixture
 def installed(monkeypatch):
-    """`hooks.install()` as a probe's start-up runs it; returns what it recorded, by key."""
+    """`worker.install()` as a probe's start-up runs it; returns what it recorded, by key."""
     v2, v1 = importlib.import_module(V2), importlib.import_module(V1)
     monkeypatch.setattr(
         v2, "construct_user_exception_with_traceback", v2.construct_user_exception_with_traceback
@@ -44,10 +44,10 @@ def installed(monkeypatch):
     monkeypatch.setattr(task_failure, "_installed", False)
     monkeypatch.setattr(task_failure, "_listeners", [])
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    monkeypatch.setattr(hooks, "_installed", False)
+    monkeypatch.setattr(worker, "_installed", False)
     limit = RateLimit()
-    monkeypatch.setattr(hooks, "_limit", limit)
-    hooks.install()
+    monkeypatch.setattr(worker, "_limit", limit)
+    worker.install()
     return limit._last
 
 
@@ -97,9 +97,9 @@ def test_ray_train_v1s_runner_thread_records_and_propagates_as_before(installed)
 def test_a_dying_thread_is_recorded_and_the_previous_hook_still_runs(installed, monkeypatch):
     seen: list[str] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.thread.name))
-    hooks._chain_thread_hook()  # as install() chains whatever hook the process had
-    worker = threading.Thread(target=train_loop, name="loader")
-    worker.start()
-    worker.join(10)
+    worker._chain_thread_hook()  # as install() chains whatever hook the process had
+    loader = threading.Thread(target=train_loop, name="loader")
+    loader.start()
+    loader.join(10)
     assert ("ValueError", _where()) in installed
     assert seen == ["loader"]

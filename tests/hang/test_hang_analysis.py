@@ -10,9 +10,9 @@ import torch.distributed as dist
 
 from rankscope.hang.analysis import RankEvidence, analyze_hang
 from rankscope.hang.model import CallState, CollectiveRecord, DeathKind, FindingKind
-from rankscope.hang.recorder import (
+from rankscope.hang.worker_callsite import error_text
+from rankscope.hang.worker_recorder import (
     collective_recorder,
-    error_text,
     record_collectives,
     stop_recording,
 )
@@ -140,7 +140,7 @@ def _line(text: str) -> int:
 
 
 def test_ring_keeps_the_last_calls_and_ignores_late_completions(tmp_path):
-    from rankscope.hang.recorder import CollectiveRecorder
+    from rankscope.hang.worker_recorder import CollectiveRecorder
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
     try:
@@ -271,7 +271,7 @@ class _FakeDeviceEvent:
 
 def test_device_backends_complete_when_their_event_fires_not_when_the_call_returns(tmp_path):
     """NCCL enqueues and returns: a collective stuck on the GPU must not look completed."""
-    from rankscope.hang.recorder import CollectiveRecorder
+    from rankscope.hang.worker_recorder import CollectiveRecorder
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
     try:

@@ -1,10 +1,10 @@
-"""The hub's death alert (hang/death_alert.py) on synthetic registry rows (no Ray): the first
+"""The hub's death alert (hang/hub_death_alert.py) on synthetic registry rows (no Ray): the first
 death of a group is raised, the ranks a torn-down group loses after it are not."""
 
 from __future__ import annotations
 
 from rankscope.context import RankContext
-from rankscope.hang.death_alert import first_death_alert
+from rankscope.hang.hub_death_alert import first_death_alert
 from rankscope.runtime.hub_hooks import on_death
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 

@@ -9,14 +9,14 @@ import sys
 import textwrap
 
 from rankscope.hang.analysis import RankEvidence, analyze_hang
-from rankscope.hang.flight import (
+from rankscope.hang.model import CallState, CollectiveRecord, FindingKind
+from rankscope.hang.worker_flight import (
     FLIGHT_SOURCE,
     flight_groups,
     flight_recorder_enabled,
     merge_flight,
     parse_flight_dump,
 )
-from rankscope.hang.model import CallState, CollectiveRecord, FindingKind
 
 NOW = 1_000.0
 
@@ -119,7 +119,7 @@ def test_a_real_gloo_process_reads_its_own_flight_recorder(tmp_path):
     script = textwrap.dedent(
         """
         import json, time, torch, torch.distributed as dist
-        from rankscope.hang.flight import read_flight_recorder
+        from rankscope.hang.worker_flight import read_flight_recorder
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
         for _ in range(3):
             dist.all_reduce(torch.ones(4))

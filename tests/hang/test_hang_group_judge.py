@@ -4,8 +4,8 @@ it raises, and that waits shorter than the threshold raise nothing."""
 from __future__ import annotations
 
 from rankscope.context import RankContext
-from rankscope.hang.group_judge import group_alerts, needs_a_look, wait_threshold
 from rankscope.hang.model import CallState, CollectiveRecord, RecorderSnapshot
+from rankscope.hang.worker_group_judge import group_alerts, needs_a_look, wait_threshold
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
 
 NOW = 1_000.0
@@ -81,8 +81,8 @@ def test_a_desync_is_raised_with_the_odd_rank():
 
 
 def test_a_rank_that_moves_between_looks_is_slow_and_not_raised_until_the_limit():
-    from rankscope.hang.group_judge import stuck_only
     from rankscope.hang.motion import Mark
+    from rankscope.hang.worker_group_judge import stuck_only
 
     [hang] = group_alerts("job", GROUP, _stalled_job(waited=12.0), {"0": (0, 1, 2, 3)}, NOW, 10.0)
     same = {3: Mark(5, ("0", 7), "aa:0")}

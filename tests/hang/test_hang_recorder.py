@@ -8,10 +8,10 @@ import sys
 import torch
 import torch.distributed as dist
 
-from rankscope.hang.callsite import caller_at, line_at
 from rankscope.hang.model import CallState
-from rankscope.hang.recorder import collective_recorder, record_collectives, stop_recording
-from rankscope.hang.wrappers import wrap
+from rankscope.hang.worker_callsite import caller_at, line_at
+from rankscope.hang.worker_recorder import collective_recorder, record_collectives, stop_recording
+from rankscope.hang.worker_wrappers import wrap
 
 
 def _where() -> tuple[object, int, int]:
@@ -76,7 +76,7 @@ def test_an_unusual_signature_gets_the_generic_wrapper_with_the_same_records(tmp
 
 
 def test_a_collective_that_raises_tells_the_failure_listeners_and_goes_on_raising(tmp_path):
-    from rankscope.hang.recorder import failure_listeners
+    from rankscope.hang.worker_recorder import failure_listeners
 
     told: list[int] = []
 
@@ -105,7 +105,7 @@ def test_a_process_that_imports_torch_distributed_later_records_from_its_import(
     import subprocess
 
     code = (
-        "import sys; from rankscope.hang import recorder as r; r.record_when_imported(); "
+        "import sys; from rankscope.hang import worker_recorder as r; r.record_when_imported(); "
         "r.record_when_imported(); assert 'torch.distributed' not in sys.modules; "
         "import torch.distributed as d; print(bool(r._installed), d.all_reduce.__name__)"
     )

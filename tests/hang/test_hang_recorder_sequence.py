@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from rankscope.hang.callsite import _GroupMemberWorld, default_group_holder, default_pg_field
-from rankscope.hang.recorder import CollectiveRecorder
-from rankscope.hang.wrappers import wrap
+from rankscope.hang.worker_callsite import _GroupMemberWorld, default_group_holder, default_pg_field
+from rankscope.hang.worker_recorder import CollectiveRecorder
+from rankscope.hang.worker_wrappers import wrap
 
 
 def _all_reduce(tensor, op=None, group=None, async_op=False):  # type: ignore[no-untyped-def]

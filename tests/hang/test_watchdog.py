@@ -16,9 +16,9 @@ import ray
 from helpers.cluster import probes_by_pid, wait_registered
 from helpers.workers import GlooRank, wait_until
 from rankscope.context import get_context
-from rankscope.hang.activity import find_work
 from rankscope.hang.model import CallState, CollectiveRecord
-from rankscope.hang.watchdog import check_interval, report_claim
+from rankscope.hang.worker_activity import find_work
+from rankscope.hang.worker_watchdog import check_interval, report_claim
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.hub import find_hub
 from rankscope.stacks.model import Frame, ThreadStack

@@ -67,7 +67,7 @@ class GlooRank(GlooMember):
         """Stands for collectives rankscope's recorder cannot see (FSDP2, DTensor, C++)."""
         import torch.distributed  # noqa: F401  (rankscope patches it on import: undo that)
 
-        from rankscope.hang.recorder import stop_recording
+        from rankscope.hang.worker_recorder import stop_recording
 
         stop_recording()
 
@@ -140,7 +140,7 @@ class GlooRank(GlooMember):
 
     def watchdog_state(self) -> dict:
         """What this process's watchdog saw: its last check, why it fired, the last step."""
-        from rankscope.hang.watchdog import current_watchdog
+        from rankscope.hang.worker_watchdog import current_watchdog
         from rankscope.runtime.probe import progress
 
         watchdog = current_watchdog()

@@ -9,9 +9,9 @@ import rankscope
 from helpers.workers import wait_until
 from rankscope import level
 from rankscope.config import Config
-from rankscope.debug.breakpoint import debugging_enabled
+from rankscope.debug.worker_breakpoint import debugging_enabled
 from rankscope.errors import UserError
-from rankscope.levels.handler import answer_level
+from rankscope.levels.worker import answer_level
 
 
 @pytest.fixture(autouse=True)
@@ -114,13 +114,13 @@ def test_sampling_gates_debug_decorator_capture_and_memory_by_step():
     """At `full` with `configure(sample_every=3)`, a decorated function called once per step
     captures its arguments and memory on steps 0, 3, 6 only; at light, never."""
     from rankscope.runtime.probe import progress
-    from rankscope.trace import spans
+    from rankscope.trace import worker_spans
 
     @rankscope.debug_decorator()
     def load_batch(index: int) -> int:
         return index
 
-    ring = spans.start_recording(100)
+    ring = worker_spans.start_recording(100)
     try:
         rankscope.configure(sample_every=3)
         level.set_level("full")
@@ -132,7 +132,7 @@ def test_sampling_gates_debug_decorator_capture_and_memory_by_step():
         load_batch(-1)  # light: no capture even on a sampled step
         taken, _, _ = ring.take()
     finally:
-        spans.stop_recording()
+        worker_spans.stop_recording()
     assert len(taken) == 8
     attrs = [s[4] or {} for s in taken]
     expected = [str(i) for i in range(7) if (first + i) % 3 == 0]
@@ -169,8 +169,12 @@ def test_live_off_pauses_the_collective_recorder_and_its_summary(tmp_path):
     import torch
     import torch.distributed as dist
 
-    from rankscope.hang.evidence import last_collectives
-    from rankscope.hang.recorder import collective_recorder, record_collectives, stop_recording
+    from rankscope.hang.worker import last_collectives
+    from rankscope.hang.worker_recorder import (
+        collective_recorder,
+        record_collectives,
+        stop_recording,
+    )
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
     record_collectives()
@@ -198,7 +202,7 @@ def test_the_watchdog_checks_nothing_at_live_off_and_counts_afresh_after():
     import time
     from types import SimpleNamespace
 
-    from rankscope.hang.watchdog import Watchdog
+    from rankscope.hang.worker_watchdog import Watchdog
 
     dog = Watchdog(SimpleNamespace(config=SimpleNamespace(hang_timeout=0.05), alive=False))
     rankscope.step()
@@ -254,23 +258,23 @@ def test_level_full_traces_all_the_time_and_a_window_starts_with_what_came_befor
     """`full` includes tracing: spans go to the level's own bounded ring, a `rankscope trace`
     window's first chunk holds the spans from before it, and the ring records on after the
     window; back at light, span recording stops."""
-    from rankscope.trace import handler, spans
+    from rankscope.trace import worker, worker_spans
     from rankscope.trace.model import TraceOptions
 
-    spans.stop_recording()  # a phase sample the monitor's tap may have left running (light)
-    assert spans.recording() is None  # light: a span is one lookup
+    worker_spans.stop_recording()  # a phase sample the monitor's tap may have left running (light)
+    assert worker_spans.recording() is None  # light: a span is one lookup
     level.set_level("full")
     with rankscope.span("before the window"):
         pass
-    first = handler.trace_command({"action": "start", "session": "full", "options": TraceOptions()})
+    first = worker.trace_command({"action": "start", "session": "full", "options": TraceOptions()})
     assert [s[0] for s in first.spans] == ["before the window"]
     with rankscope.span("inside"):
         pass
-    last = handler.trace_command({"action": "stop", "session": "full"})
+    last = worker.trace_command({"action": "stop", "session": "full"})
     assert [s[0] for s in last.spans] == ["inside"]
     with rankscope.span("after the window"):
         pass
-    ring = spans.recording()
+    ring = worker_spans.recording()
     assert ring is not None and [s[0] for s in ring.spans] == ["after the window"]
     level.set_level("light")
-    assert spans.recording() is None
+    assert worker_spans.recording() is None

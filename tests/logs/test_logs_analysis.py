@@ -12,8 +12,8 @@ from rankscope.logs.analysis import (
     parse_duration,
     template_of,
 )
+from rankscope.logs.collect_reader import parse_jsonl_line
 from rankscope.logs.model import LogLine
-from rankscope.logs.reader import parse_jsonl_line
 from rankscope.logs.render import fold_text
 
 
@@ -101,7 +101,7 @@ def test_follow_reads_each_file_on_from_where_it_stopped(tmp_path, monkeypatch):
     import os
 
     from rankscope.logs.analysis import LogFilter
-    from rankscope.logs.reader import read_node
+    from rankscope.logs.collect_reader import read_node
 
     monkeypatch.setenv("RANKSCOPE_LOG_DIR", str(tmp_path))
     (tmp_path / "job").mkdir()
@@ -131,14 +131,14 @@ def test_follow_reads_each_file_on_from_where_it_stopped(tmp_path, monkeypatch):
 
 
 def test_follow_reads_ray_out_files_on_and_only_their_tail(tmp_path, monkeypatch):
-    from rankscope.logs import reader
+    from rankscope.logs import collect_reader
     from rankscope.logs.analysis import LogFilter
 
     out = tmp_path / "worker-1-7.out"
     out.write_text("hello\nwor")
 
     def read(offsets: dict[str, int] | None) -> tuple[list[str], dict[str, int]]:
-        found, (key, end) = reader._std_lines(
+        found, (key, end) = collect_reader._std_lines(
             str(out), "stdout", 7, 0, "host", LogFilter(), None, offsets
         )
         return [ln.message for ln in found], {key: end}
@@ -150,7 +150,7 @@ def test_follow_reads_ray_out_files_on_and_only_their_tail(tmp_path, monkeypatch
         f.write("ld\n")
     second, offsets = read(offsets)
     assert second == ["world"]
-    monkeypatch.setattr(reader, "STD_TAIL_BYTES", 16)
+    monkeypatch.setattr(collect_reader, "STD_TAIL_BYTES", 16)
     with open(out, "a") as f:
         f.write("0123456789\n" * 3)  # more than the tail since the last read
     third, offsets = read(offsets)
@@ -185,7 +185,7 @@ def test_a_node_folds_its_files_as_the_cli_folds_their_lines(tmp_path, monkeypat
     import json
 
     from rankscope.logs.analysis import fold_partials, merge_folds
-    from rankscope.logs.reader import read_node
+    from rankscope.logs.collect_reader import read_node
 
     monkeypatch.setenv("RANKSCOPE_LOG_DIR", str(tmp_path))
     (tmp_path / "job").mkdir()
@@ -213,7 +213,7 @@ def test_a_folded_read_keeps_the_newest_folds_and_counts_the_lines_left_out(tmp_
     import json
 
     from rankscope.logs.analysis import Folder
-    from rankscope.logs.reader import read_node
+    from rankscope.logs.collect_reader import read_node
 
     monkeypatch.setenv("RANKSCOPE_LOG_DIR", str(tmp_path))
     (tmp_path / "job").mkdir()

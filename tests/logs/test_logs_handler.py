@@ -17,7 +17,7 @@ import pytest
 
 from rankscope import level
 from rankscope.logs import DistributedLogger, RankFileHandler
-from rankscope.logs import summary as log_summary
+from rankscope.logs import worker_summary as log_summary
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ def test_errors_reach_the_rank_file_with_no_code_change_and_stderr_keeps_them(tm
     code = textwrap.dedent(
         """
         import logging
-        from rankscope.logs.handler import _capture_errors, rank_handler
+        from rankscope.logs.worker import _capture_errors, rank_handler
         _capture_errors(None)
         _capture_errors(None)  # a second probe start adds nothing
         log = logging.getLogger("train.data")

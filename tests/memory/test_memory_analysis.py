@@ -16,7 +16,7 @@ import pytest
 from rankscope.memory import analysis
 from rankscope.memory.analysis import Verdict
 from rankscope.memory.model import GIB, MIB, CudaMemory, MemorySnapshot
-from rankscope.memory.snapshot import cuda_memory_from_stats
+from rankscope.memory.worker_snapshot import cuda_memory_from_stats
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 NODE = 64 * GIB

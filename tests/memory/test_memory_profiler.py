@@ -82,8 +82,8 @@ def test_memory_command_reuses_the_suspects_within_the_interval(monkeypatch):
     """`memory --watch` asks every 2 s: one tracemalloc comparison serves every request until
     the interval has passed; the profiler counts the snapshots it takes."""
     from rankscope.config import Config
-    from rankscope.memory.handler import current_memory
     from rankscope.memory.model import RankMemoryReply
+    from rankscope.memory.worker import current_memory
     from rankscope.runtime.probe import Probe
     from rankscope.runtime.protocol import Command
 
@@ -125,7 +125,7 @@ def test_memory_command_reuses_the_suspects_within_the_interval(monkeypatch):
 def test_the_probes_leak_test_is_reused_for_ten_times_what_it_took(monkeypatch):
     """Over a long history the leak test takes hundreds of ms: `--watch` must not rerun it
     every 2 s. The probe's path reuses it; `leak_report()` alone always tests afresh."""
-    import rankscope.memory.profiler as profiler_module
+    import rankscope.memory.worker_profiler as profiler_module
 
     with rankscope.MemoryProfiler() as profiler:
         for i in range(5):

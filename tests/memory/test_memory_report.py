@@ -9,8 +9,8 @@ from pathlib import Path
 
 import rankscope
 from helpers.cluster import chromium, page_requests
+from rankscope.memory.io_report import ProcessSection, render_report
 from rankscope.memory.model import MIB
-from rankscope.memory.report import ProcessSection, render_report
 
 ONE_MIB = b"\x01" * MIB
 

@@ -29,9 +29,9 @@ from rankscope.monitor.model import (
     Thresholds,
 )
 from rankscope.monitor.phases import PhaseTime, per_step, phase_of, phase_window, slow_phase
-from rankscope.monitor.recorder import step_recorder, summary
-from rankscope.monitor.tap import SpanTap
 from rankscope.monitor.view import RankInput
+from rankscope.monitor.worker import step_recorder, summary
+from rankscope.monitor.worker_tap import SpanTap
 
 T = Thresholds()
 
@@ -106,7 +106,8 @@ def test_events_of_one_judge_about_two_ranks_stay_two_alerts_resolved_by_rank() 
 
 
 def test_publish_posts_the_alert_about_its_rank_to_the_webhook() -> None:
-    from rankscope.alerts.rules import configure_alerts, publish
+    from rankscope.alerts.api import configure_alerts
+    from rankscope.alerts.worker import publish
 
     with webhook_server() as (url, received):
         configure_alerts(webhook=url)
@@ -141,21 +142,21 @@ def test_a_throughput_drop_is_an_alert_with_its_step_a_rise_is_not() -> None:
 
 
 def test_raise_local_posts_a_throughput_drop_through_publish() -> None:
-    from rankscope.alerts.rules import configure_alerts
-    from rankscope.monitor import alerting
+    from rankscope.alerts.api import configure_alerts
+    from rankscope.monitor import worker_alerts
 
     drop = analysis.throughput_drift(_samples(358), T.throughput_drift, rank=7)
     rise = analysis.throughput_drift(_samples(700), T.throughput_drift, rank=8)
     with webhook_server() as (url, received):
         configure_alerts(webhook=url)
         try:
-            alerting.raise_local([f for f in (drop, rise) if f is not None])
+            worker_alerts.raise_local([f for f in (drop, rise) if f is not None])
             deadline = time.time() + 10
             while not received and time.time() < deadline:
                 time.sleep(0.05)
         finally:
             configure_alerts(webhook="")
-            alerting.raise_local([])  # resolved: the gate forgets it
+            worker_alerts.raise_local([])  # resolved: the gate forgets it
     assert [(b["rule"], b["rank"]) for b in received] == [("throughput_drift", 7)]
     assert "dropped 30% at step 50" in received[0]["text"]
 
@@ -269,7 +270,7 @@ def test_monitor_straggler_finding_names_the_phase_when_spans_exist() -> None:
 def test_span_tap_keeps_the_training_threads_phases_across_drains() -> None:
     import threading
 
-    from rankscope.trace import spans
+    from rankscope.trace import worker_spans
 
     tap = SpanTap()
     tap.poll()
@@ -284,7 +285,7 @@ def test_span_tap_keeps_the_training_threads_phases_across_drains() -> None:
                 time.sleep(0.005)
             samples.append(StepSample(len(samples), time.time()))
 
-    ring = spans.start_recording(1000)
+    ring = worker_spans.start_recording(1000)
     try:
         other = threading.Thread(target=lambda: rankscope.span("load_batch")(time.sleep)(0.1))
         other.start()  # another thread's spans are not the step's
@@ -297,7 +298,7 @@ def test_span_tap_keeps_the_training_threads_phases_across_drains() -> None:
         steps(4)
         tap.poll()
     finally:
-        spans.stop_recording()
+        worker_spans.stop_recording()
     assert len(tap.windows) == 2
     phases = {p.phase: p.seconds for p in tap.phases(samples)}
     assert phases["data loading"] == pytest.approx(0.02, rel=0.3), phases
@@ -305,17 +306,17 @@ def test_span_tap_keeps_the_training_threads_phases_across_drains() -> None:
 
 
 def test_span_tap_samples_the_phases_without_a_trace_window() -> None:
-    from rankscope.trace import spans
+    from rankscope.trace import worker_spans
 
     tap = SpanTap(sample_every_s=0.001, sample_steps=3)
-    spans.stop_recording()  # a sample the probe's own tap may have left running in this process
-    assert spans.recording() is None
+    worker_spans.stop_recording()  # a sample the probe's own tap may have left running here
+    assert worker_spans.recording() is None
     tap.poll()  # a rank that marks no steps is never sampled
-    assert spans.recording() is None
+    assert worker_spans.recording() is None
     samples = [StepSample(0, time.time())]
     try:
         tap.poll(stepping=True)  # no window records: a sample starts
-        assert spans.recording() is not None
+        assert worker_spans.recording() is not None
         for _ in range(4):
             with rankscope.span("load_batch"):
                 time.sleep(0.01)
@@ -323,13 +324,13 @@ def test_span_tap_samples_the_phases_without_a_trace_window() -> None:
                 time.sleep(0.001)
             rankscope.step()
             samples.append(StepSample(len(samples), time.time()))
-        assert spans.recording() is None  # it stopped itself after its 3 steps
+        assert worker_spans.recording() is None  # it stopped itself after its 3 steps
         tap.poll(stepping=True)  # reads what the ended sample holds
         assert len(tap.windows) == 1
         phases = {p.phase: p.seconds for p in tap.phases(samples)}
         assert phases["data loading"] > 2 * phases["forward"] > 0, phases
     finally:
-        spans.stop_recording()
+        worker_spans.stop_recording()
 
 
 # --------------------------------------------------------------------- level off

@@ -18,8 +18,8 @@ from rankscope.monitor.model import (
     StepSample,
     Thresholds,
 )
-from rankscope.monitor.recorder import StepRecorder
 from rankscope.monitor.straggler import straggler_scores
+from rankscope.monitor.worker import StepRecorder
 
 T = Thresholds()
 
@@ -277,7 +277,7 @@ def test_watch_nan_names_the_module_and_the_step_without_ray() -> None:
 
     import rankscope
     from rankscope.monitor import StepMonitor, watch_nan
-    from rankscope.monitor.recorder import step_recorder
+    from rankscope.monitor.worker import step_recorder
 
     class Poison(nn.Module):
         on = False
@@ -353,7 +353,7 @@ def test_watch_nan_names_a_gradient_and_leaves_the_model_as_it_was() -> None:
     finally:
         watch.remove()
     assert all("forward" not in m.__dict__ for m in model)
-    from rankscope.monitor.nan import _check_at_step
+    from rankscope.monitor.worker_nan import _check_at_step
 
     model = nn.Sequential(nn.Linear(4, 4), Layer(), nn.Linear(4, 1))  # weights still finite
     model[1].on = True
@@ -382,18 +382,18 @@ def test_comm_bench_numbers_follow_nccl_tests() -> None:
 
 
 def test_heartbeat_summary_stays_small() -> None:
-    from rankscope.monitor import recorder
+    from rankscope.monitor import worker
 
-    rec = recorder.step_recorder()
+    rec = worker.step_recorder()
     rec.clear()
     try:
         loss = [1.0] * 150 + [50.0] + [1.0] * 49  # a spike: an alert line
         for i, value in enumerate(loss, 1):
             rec.on_step(i, 1000.0 + i * (0.1 if i < 100 else 0.2), value, 512, float("nan"), {})
         rec.alerts_at = 0.0
-        summary = recorder.summary()
+        summary = worker.summary()
         assert summary is not None and summary.step == 200
-        assert summary.alerts and len(summary.alerts) <= recorder.MAX_ALERTS
+        assert summary.alerts and len(summary.alerts) <= worker.MAX_ALERTS
         assert any("grad_norm" in a for a in summary.alerts)
         assert len(pickle.dumps(summary)) < 2048
     finally:

@@ -188,7 +188,7 @@ def test_prometheus_scrape_has_the_metrics_with_the_rank_label(monitored):
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from rankscope.monitor.prometheus import start_exporter
+    from rankscope.monitor.worker_prometheus import start_exporter
 
     with socket.socket() as s:
         s.bind(("", 0))

@@ -316,8 +316,8 @@ def test_a_rank_that_does_not_move_or_waited_too_long_is_stuck():
 
 def test_what_counts_as_moving():
     from rankscope.context import RankContext
-    from rankscope.hang.evidence import motion_of
     from rankscope.hang.motion import moved
+    from rankscope.hang.worker import motion_of
     from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus, Progress
     from rankscope.stacks.model import Frame
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 from helpers.cluster import cluster_address, run_cli
-from rankscope.monitor.history import MAX_POINTS, StepHistory, file_name
-from rankscope.report.steps import series_from_docs
+from rankscope.monitor.io_history import MAX_POINTS, StepHistory, file_name
+from rankscope.report.collect_steps import series_from_docs
 
 JOB = os.path.join(os.path.dirname(__file__), "steps_job.py")
 
@@ -145,7 +145,7 @@ def test_a_damaged_step_file_costs_its_rank_only():
 def test_a_step_file_whose_loss_went_nan_is_read_as_the_monitor_wrote_it(tmp_path):
     """`json.dumps` writes NaN as the bare word `NaN`, which the fast JSON reader refuses: the
     file is read all the same, and the rank's first non-finite loss is the finding."""
-    from rankscope.report.steps import read_step_files
+    from rankscope.report.collect_steps import read_step_files
 
     rows = [[s, 10.0 + s, 2.0 if s < 30 else float("nan"), 64, 1.0] for s in range(1, 41)]
     doc = {"kind": "rankscope.steps", "rank": 0, "group": "g", "stride": 1,

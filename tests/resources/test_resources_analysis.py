@@ -318,7 +318,7 @@ def _text(renderable) -> str:
 
 def test_an_oom_verdict_names_the_co_tenants_that_held_the_gpu():
     from rankscope.memory.analysis.oom import OomReport
-    from rankscope.memory.gpus import describe_co_tenants
+    from rankscope.memory.worker_gpus import describe_co_tenants
 
     dev = GpuDevice(3, "GPU-abc", 80 * GIB, 78 * GIB)
     apps = [["11", "GPU-abc", "51200"], ["12", "GPU-abc", "20480"], ["13", "GPU-other", "9"]]

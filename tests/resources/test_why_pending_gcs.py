@@ -115,7 +115,7 @@ def test_the_demo_s_pending_actor_is_found_as_its_diagnosis_decides(cluster):
 def test_doctor_s_pending_check_reads_the_gcs_when_the_cluster_has_no_dashboard(cluster):
     """`rankscope doctor` beside a job on a cluster without the dashboard: work no node can
     host fails its check (it is not skipped), and the check says how it was read."""
-    from rankscope.doctor.preflight.live import PENDING, live_checks
+    from rankscope.doctor.preflight.collect_live import PENDING, live_checks
     from rankscope.doctor.preflight.model import Status
 
     @ray.remote(num_cpus=0)

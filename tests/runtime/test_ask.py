@@ -82,7 +82,7 @@ def test_a_bad_rank_spec_fails_as_the_selection_is_made():
         Selection().job = "x"  # type: ignore[misc]
 
 
-CHECKS = ("debug/diagnose.py", "memory/diagnose.py")
+CHECKS = ("debug/cli_diagnose.py", "memory/cli_diagnose.py")
 """The checks `rankscope diagnose` dispatches: as thin as a `cli.py`."""
 
 

@@ -9,9 +9,9 @@ import pickle
 
 from rankscope.config import Config
 from rankscope.context import RankContext
-from rankscope.hang import evidence
+from rankscope.hang import worker
 from rankscope.hang.collect import _with_known_groups
-from rankscope.hang.recorder import collective_recorder
+from rankscope.hang.worker_recorder import collective_recorder
 from rankscope.runtime import probe as probe_module
 from rankscope.runtime.capacity import (
     HEARTBEAT_CORE_SHARE,
@@ -82,8 +82,8 @@ def test_the_collectives_summary_carries_no_rank_list_and_the_group_source_does(
     recorder = collective_recorder()
     recorder._groups[-1] = ("0", WORLD, None, False)
     try:
-        assert evidence.seen_groups()["0"] == WORLD  # (earlier tests' groups may be there too)
-        summary = evidence.last_collectives()
+        assert worker.seen_groups()["0"] == WORLD  # (earlier tests' groups may be there too)
+        summary = worker.last_collectives()
         assert summary.groups == {}
         beat = PollRequest("p", Progress(1, T0), (), 0, {"collectives": summary})
         assert len(pickle.dumps(beat)) < 4096  # the heartbeat budget, whatever the world

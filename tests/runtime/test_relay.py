@@ -321,8 +321,8 @@ def test_hang_at_scale_asks_each_groups_newest_records_and_finds_the_same_hang()
     """`rankscope hang` past 256 ranks asks each rank for its groups' newest records, not its
     whole ring; the analysis, which aligns the newest sequence numbers, says the same."""
     from rankscope.hang.analysis import analyze_hang
-    from rankscope.hang.evidence import WINDOW_PER_GROUP, newest_per_group
     from rankscope.hang.model import CallState, CollectiveRecord
+    from rankscope.hang.worker import WINDOW_PER_GROUP, newest_per_group
 
     def rec(group: str, seq: int, started: bool = False) -> CollectiveRecord:
         state = CallState.STARTED if started else CallState.COMPLETED

@@ -266,7 +266,7 @@ def test_status_with_two_groups_shows_the_group_and_the_first_death():
 
 
 def _hang_report_event(findings: list[str]) -> dict[str, object]:
-    """A `hang_report` event as rank 0's watchdog sends it (hang/watchdog.py) and
+    """A `hang_report` event as rank 0's watchdog sends it (hang/worker_watchdog.py) and
     `job_events` returns it."""
     return {
         "kind": "hang_report",

@@ -393,7 +393,7 @@ def test_sampling_finds_the_line_a_busy_thread_spends_its_time_on():
     import threading
 
     from rankscope.runtime.probe import OWN_THREAD_PREFIX
-    from rankscope.stacks.capture import sample_places
+    from rankscope.stacks.worker import sample_places
 
     found = []
     sampler = threading.Thread(

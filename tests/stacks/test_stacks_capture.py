@@ -8,7 +8,7 @@ import threading
 import time
 
 from rankscope.runtime.probe import _HANDLERS
-from rankscope.stacks.capture import LookSpacing
+from rankscope.stacks.worker import LookSpacing
 
 
 def _parked_thread() -> tuple[threading.Thread, threading.Event]:

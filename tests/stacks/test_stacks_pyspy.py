@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rankscope.stacks.pyspy import dump_many_local, pyspy_executable
+from rankscope.stacks.collect_pyspy import dump_many_local, pyspy_executable
 
 pytestmark = pytest.mark.skipif(pyspy_executable() is None, reason="py-spy is not installed")
 

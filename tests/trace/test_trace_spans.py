@@ -11,29 +11,29 @@ import pytest
 import torch
 
 import rankscope
-from rankscope.trace import handler, spans
-from rankscope.trace.decorator import arg_repr
+from rankscope.trace import worker, worker_spans
 from rankscope.trace.model import TraceOptions
+from rankscope.trace.worker_decorator import arg_repr
 
 
 @pytest.fixture
 def ring():
-    spans.stop_recording()
-    ring = spans.start_recording(1000)
+    worker_spans.stop_recording()
+    ring = worker_spans.start_recording(1000)
     yield ring
-    spans.stop_recording()
+    worker_spans.stop_recording()
 
 
-def names(ring: spans.SpanRing) -> list[str]:
+def names(ring: worker_spans.SpanRing) -> list[str]:
     taken, _, _ = ring.take()
     return [s[0] for s in taken]
 
 
 def test_span_records_nothing_when_off():
-    spans.stop_recording()
+    worker_spans.stop_recording()
     with rankscope.span("off"):
         pass
-    assert spans.recording() is None
+    assert worker_spans.recording() is None
 
 
 def test_spans_nest_carry_attrs_and_errors(ring):
@@ -66,8 +66,8 @@ def test_span_decorates_sync_and_async(ring):
 
 
 def test_ring_is_bounded_and_counts_drops():
-    spans.stop_recording()
-    ring = spans.start_recording(100)
+    worker_spans.stop_recording()
+    ring = worker_spans.start_recording(100)
     try:
         for _ in range(250):
             with rankscope.span("s"):
@@ -75,15 +75,15 @@ def test_ring_is_bounded_and_counts_drops():
         taken, _, dropped = ring.take()
         assert len(taken) == 100 and dropped == 150
     finally:
-        spans.stop_recording()
+        worker_spans.stop_recording()
 
 
 def test_step_markers_and_stop_after_steps():
-    spans.stop_recording()
-    ring = spans.start_recording(100, steps=3)
+    worker_spans.stop_recording()
+    ring = worker_spans.start_recording(100, steps=3)
     for _ in range(5):
         rankscope.step()
-    assert spans.recording() is None  # stopped by itself after 3 steps
+    assert worker_spans.recording() is None  # stopped by itself after 3 steps
     _, steps, _ = ring.take()
     assert len(steps) == 3
     assert [s[1] for s in steps] == sorted(s[1] for s in steps)
@@ -136,8 +136,8 @@ def test_bare_debug_decorator_and_bounded_reprs():
 
 
 def test_trace_command_starts_drains_and_stops():
-    spans.stop_recording()
-    start = handler.trace_command({"action": "start", "session": "s1", "options": TraceOptions()})
+    worker_spans.stop_recording()
+    start = worker.trace_command({"action": "start", "session": "s1", "options": TraceOptions()})
     assert start.spans == () and start.stopped_ns is None
 
     def work() -> None:
@@ -149,23 +149,23 @@ def test_trace_command_starts_drains_and_stops():
     thread.join()
     with rankscope.span("main"):
         rankscope.step()
-    chunk = handler.trace_command({"action": "drain", "session": "s1"})
+    chunk = worker.trace_command({"action": "drain", "session": "s1"})
     assert sorted(s[0] for s in chunk.spans) == ["in thread", "main"]
     assert len(chunk.steps) == 1 and chunk.counters[0][1] > 0
     with pytest.raises(RuntimeError, match="already tracing"):
-        handler.trace_command({"action": "start", "session": "s2", "options": TraceOptions()})
-    last = handler.trace_command({"action": "stop", "session": "s1"})
-    assert last.stopped_ns is not None and spans.recording() is None
+        worker.trace_command({"action": "start", "session": "s2", "options": TraceOptions()})
+    last = worker.trace_command({"action": "stop", "session": "s1"})
+    assert last.stopped_ns is not None and worker_spans.recording() is None
     with pytest.raises(RuntimeError, match="no trace session"):
-        handler.trace_command({"action": "drain", "session": "other"})
+        worker.trace_command({"action": "drain", "session": "other"})
 
 
 def test_a_drain_ships_attribute_reprs_not_tensors():
-    spans.stop_recording()
-    handler.trace_command({"action": "start", "session": "s3", "options": TraceOptions()})
+    worker_spans.stop_recording()
+    worker.trace_command({"action": "start", "session": "s3", "options": TraceOptions()})
     with rankscope.span("step", batch=torch.ones(1000, 1000), n=3):
         pass
-    chunk = handler.trace_command({"action": "stop", "session": "s3"})
+    chunk = worker.trace_command({"action": "stop", "session": "s3"})
     [(_, _, _, _, attrs)] = chunk.spans
     assert attrs == {"batch": "Tensor(float32[1000, 1000], cpu)", "n": 3}
 
@@ -173,11 +173,11 @@ def test_a_drain_ships_attribute_reprs_not_tensors():
 def test_session_drains_sooner_while_collectives_would_wrap_the_recorders_ring():
     from rankscope.trace.collect import DRAIN_EVERY_S, FASTEST_DRAIN_S, TraceSession
 
-    spans.stop_recording()
+    worker_spans.stop_recording()
     new = {"calls": 0}
 
     def ask(kind, probes, args):
-        chunk = handler.trace_command(args)
+        chunk = worker.trace_command(args)
         return [(probes[0], replace(chunk, new_collectives=new["calls"]), "")]
 
     session = TraceSession(ask, [_status()], TraceOptions(), session="s4")
@@ -204,15 +204,15 @@ def _status():
 def test_torch_profiler_runs_in_the_training_thread_for_the_steps_asked():
     import time
 
-    spans.stop_recording()
+    worker_spans.stop_recording()
     options = TraceOptions(torch_profiler_steps=2)
-    start = handler.trace_command({"action": "start", "session": "s5", "options": options})
+    start = worker.trace_command({"action": "start", "session": "s5", "options": options})
     a = torch.randn(64, 64)
     for _ in range(4):  # step 1 starts the profiler, 2 more steps stop it
         with rankscope.span("matmul"):
             a = (a @ a).tanh()
         rankscope.step()
-    chunk = handler.trace_command({"action": "stop", "session": "s5"})
+    chunk = worker.trace_command({"action": "stop", "session": "s5"})
     torch_spans = [s for s in chunk.spans if s[3] < 0]
     assert any(s[0] == "aten::mm" for s in torch_spans), {s[0] for s in torch_spans}
     assert all(chunk.threads[s[3]].startswith("torch.profiler thread") for s in torch_spans)
@@ -235,11 +235,11 @@ def test_debug_level_full_captures_arguments_and_off_stops_tracing(ring):
         f(7)
         [(_, _, _, _, attrs)] = ring.take()[0]
         assert attrs["args"] == {"x": "7"} and "rss_delta_bytes" in attrs
-        spans.stop_recording()
-        handler.trace_command({"action": "start", "session": "s6", "options": TraceOptions()})
+        worker_spans.stop_recording()
+        worker.trace_command({"action": "start", "session": "s6", "options": TraceOptions()})
         level.set_level("off")
-        assert spans.recording() is None  # the window stopped with the level
+        assert worker_spans.recording() is None  # the window stopped with the level
         with pytest.raises(RuntimeError, match="level is off"):
-            handler.trace_command({"action": "start", "session": "s7", "options": TraceOptions()})
+            worker.trace_command({"action": "start", "session": "s7", "options": TraceOptions()})
     finally:
         level.set_level("light")

@@ -16,6 +16,7 @@ from typing import Any
 
 from rankscope.alerts.model import Alert, AlertSettings, RegexRule
 from rankscope.ranks import format_ranks
+from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
 __all__ = [
     "ACK_ALL",
@@ -27,6 +28,7 @@ __all__ = [
     "acks_from_events",
     "alerts_from_events",
     "apply_acks",
+    "silence_rows",
     "silent_ranks",
 ]
 
@@ -99,7 +101,7 @@ class RankRules:
                 pattern = self._compiled.get(rule.name)
                 if pattern is None or not pattern.search(message):
                     continue
-                if rule.scope == "job":  # the judge counts it across ranks (`alerts.judge`)
+                if rule.scope == "job":  # the judge counts it across ranks (`alerts.worker_judge`)
                     self._count_for_job(f"rule:{rule.name}", rule.count, when, message)
                     continue
                 times = self._matches.setdefault(rule.name, collections.deque(maxlen=_WINDOW_MAX))
@@ -373,3 +375,27 @@ class AlertGate:
                 del self._last[key]
                 resolved.append((key[0], key[1]))
         return out, resolved
+
+
+def silence_rows(probes: list[ProbeStatus]) -> list[SilenceRow]:
+    """Ranked processes with their last step or log record, whichever came later."""
+    rows = []
+    for p in probes:
+        if p.context.rank is None:
+            continue
+        last_log = 0.0
+        logs = p.summaries.get("logs")
+        if isinstance(logs, dict):
+            times = [t.get("last_time", 0.0) for t in logs.get("templates") or ()]
+            last_log = max((float(t) for t in times), default=0.0)
+        rows.append(
+            SilenceRow(
+                rank=p.context.rank,
+                group=p.context.group,
+                alive=p.state == ProbeState.ALIVE,
+                step=p.progress.step,
+                last_activity=max(p.progress.last_progress, last_log),
+                pid=p.context.pid,
+            )
+        )
+    return rows

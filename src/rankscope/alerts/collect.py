@@ -7,10 +7,10 @@ import time
 
 from rankscope.alerts.analysis import (
     ACK_ALL,
-    SilenceRow,
     acks_from_events,
     alerts_from_events,
     apply_acks,
+    silence_rows,
     silent_ranks,
 )
 from rankscope.alerts.model import Alert, AlertSettings, JobAlerts
@@ -20,7 +20,7 @@ from rankscope.runtime.ask import Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
 from rankscope.runtime.protocol import ProbeState, ProbeStatus
 
-__all__ = ["collect_alerts", "job_alerts", "silence_rows"]
+__all__ = ["collect_alerts", "job_alerts"]
 
 EVENT_LIMIT = 2000
 
@@ -86,27 +86,3 @@ def job_alerts(
     )
     found.sort(key=lambda a: -a.time)
     return found
-
-
-def silence_rows(probes: list[ProbeStatus]) -> list[SilenceRow]:
-    """Ranked processes with their last step or log record, whichever came later."""
-    rows = []
-    for p in probes:
-        if p.context.rank is None:
-            continue
-        last_log = 0.0
-        logs = p.summaries.get("logs")
-        if isinstance(logs, dict):
-            times = [t.get("last_time", 0.0) for t in logs.get("templates") or ()]
-            last_log = max((float(t) for t in times), default=0.0)
-        rows.append(
-            SilenceRow(
-                rank=p.context.rank,
-                group=p.context.group,
-                alive=p.state == ProbeState.ALIVE,
-                step=p.progress.step,
-                last_activity=max(p.progress.last_progress, last_log),
-                pid=p.context.pid,
-            )
-        )
-    return rows

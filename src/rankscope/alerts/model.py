@@ -13,7 +13,7 @@ __all__ = ["SCOPES", "SEVERITIES", "Alert", "AlertSettings", "JobAlerts", "Regex
 SEVERITIES = ("info", "warning", "error", "critical")
 SCOPES = ("rank", "job")
 """Where a count rule counts: one rank's records (each rank raises its own) or the job's
-(every rank's records together, judged by one rank through the hub: `alerts.judge`)."""
+(every rank's records together, judged by one rank through the hub: `alerts.worker_judge`)."""
 
 
 def _check_scope(scope: str, what: str) -> None:

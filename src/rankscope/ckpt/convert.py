@@ -6,7 +6,7 @@ touched. `verify=True` rebuilds every input tensor from the output and compares 
 
 Formats of Megatron-core output (`fmt`): `torch_dist` (default; what megatron-core's
 `dist_checkpointing.load` reads: `metadata.json`, `common.pt`, `.metadata`, `.distcp`; see
-`megatron.dist_writer`), `legacy` (`mp_rank_NN[_PPP]/model_optim_rng.pt`) and `rankscope`
+`megatron.torch_dist_writer`), `legacy` (`mp_rank_NN[_PPP]/model_optim_rng.pt`) and `rankscope`
 (`mp_rank_NN/model.safetensors`, rankscope's own). HuggingFace output is `OUT/model.safetensors`;
 `config.json` is copied beside either. mcore-to-hf reads all three, and drops vocabulary padding.
 """
@@ -29,7 +29,7 @@ from rankscope.errors import CheckpointError
 if TYPE_CHECKING:
     import torch
 
-    from rankscope.ckpt.megatron.dist_writer import Progress
+    from rankscope.ckpt.megatron.torch_dist_writer import Progress
 
 __all__ = ["FORMATS", "ConvertResult", "convert"]
 
@@ -132,7 +132,7 @@ def convert(
     os.makedirs(tmp)
     try:
         if way is Direction.HF_TO_MCORE and fmt != "rankscope":
-            from rankscope.ckpt.megatron.write import write_megatron
+            from rankscope.ckpt.megatron.megatron_writer import write_megatron
 
             files = write_megatron(
                 fmt,
@@ -298,8 +298,8 @@ def _write(
     tmp: str,
     model_type: str,
 ) -> list[str]:
+    from rankscope.ckpt.safetensors_writer import SafetensorsWriter
     from rankscope.ckpt.tensors import fuse, split_fused, split_tp
-    from rankscope.ckpt.writer import SafetensorsWriter
 
     flat = [t for e in entries for t in e]
     if way is Direction.HF_TO_MCORE:

@@ -27,7 +27,7 @@ def manifest_of_state_dict(
     """A manifest of an `nn.Module` (its state_dict) or of a mapping name -> tensor."""
     import torch
 
-    from rankscope.ckpt.writer import CODE_OF_DTYPE
+    from rankscope.ckpt.safetensors_writer import CODE_OF_DTYPE
 
     if isinstance(state, torch.nn.Module):
         state = state.state_dict()

@@ -4,7 +4,7 @@ Importing this package does not import torch; the first call does. Modules: `api
 entry points), `analysis` (the comparison), `render` (the report as text), `model` (the
 records ranks exchange, the report and the enums), `fingerprint` (hashes and summaries where
 a tensor lives), `torch_hash` and `cpu_hash`/`numba_kernel` (the hash with torch ops, and with
-numba on the CPU), `flatten` and `transport`.
+numba on the CPU), `flatten` and `worker_transport` (the exchange between ranks).
 """
 
 from rankscope.consistency import render as _render  # noqa: F401  (sets the reports' text)

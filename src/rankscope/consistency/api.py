@@ -29,7 +29,7 @@ from rankscope.runtime import deadlines
 if TYPE_CHECKING:  # torch is imported on first use: `import rankscope` stays light
     import torch
 
-    from rankscope.consistency.transport import Transport
+    from rankscope.consistency.worker_transport import Transport
 
 log = logging.getLogger("rankscope")
 
@@ -70,7 +70,7 @@ def verify_distributed_tensors(
     """
     from rankscope.consistency.fingerprint import fingerprint_tensors
     from rankscope.consistency.flatten import flatten_tensors
-    from rankscope.consistency.transport import decode, encode
+    from rankscope.consistency.worker_transport import decode, encode
 
     _check_options(tolerance, reference, budget_bytes, deadline_s)  # the same on every rank
     transport = _transport(group, ranks, rank, deadline_s, f"verify/{operation_name}")
@@ -160,7 +160,7 @@ def _details(
 ) -> dict[int, RankDetails]:
     """Rounds 2 and 3: exact differences within the budget, summaries past it."""
     from rankscope.consistency.fingerprint import difference, summarize_tensors
-    from rankscope.consistency.transport import decode, encode
+    from rankscope.consistency.worker_transport import decode, encode
 
     me = transport.rank
     received = transport.share([p for p in plans if p.exact], local)
@@ -180,7 +180,7 @@ def _transport(
 ) -> Transport:
     import torch.distributed as dist
 
-    from rankscope.consistency.transport import HubTransport, TorchTransport
+    from rankscope.consistency.worker_transport import HubTransport, TorchTransport
 
     if group is not None or (ranks is None and dist.is_available() and dist.is_initialized()):
         if ranks is not None:

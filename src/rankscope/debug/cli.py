@@ -52,7 +52,7 @@ def attach_command(
 ) -> None:
     """Connect this terminal to a paused session (pdb: p, pp, n, s, c, w, u, d, l, interact)."""
     from rankscope.debug.analysis import attach_route
-    from rankscope.debug.client import connect, enable_line_editing, run_terminal
+    from rankscope.debug.cli_attach import connect, enable_line_editing, run_terminal
     from rankscope.debug.collect import find_session, here_node_id
 
     session = find_session(address, session_id)
@@ -75,7 +75,7 @@ def attach_command(
 
 def _forward_debugpy(session: DebugSession, route: AttachRoute) -> None:
     from rankscope.debug.analysis import vscode_launch
-    from rankscope.debug.client import PortForward
+    from rankscope.debug.cli_attach import PortForward
 
     if not route.tunnel:
         config = json.dumps({"configurations": [vscode_launch(session)]}, indent=2)

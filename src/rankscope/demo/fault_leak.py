@@ -35,10 +35,10 @@ def diagnose(session: DemoSession) -> bool:
     from rankscope.cli.output import to_json
     from rankscope.memory import analysis
     from rankscope.memory.collect import collect
+    from rankscope.memory.collect_profile import COMMAND, ProfileArtifact
+    from rankscope.memory.io_report import ProcessSection, write_report
     from rankscope.memory.model import MemorySnapshot, RankMemoryReply
-    from rankscope.memory.profile_files import COMMAND, ProfileArtifact
     from rankscope.memory.render import render
-    from rankscope.memory.report import ProcessSection, write_report
 
     probes = session.ranked_probes()
     job_id = probes[0].context.job_id

@@ -61,11 +61,11 @@ def diagnose(
 def _check(mode: str | None, check_debug_ports: bool) -> Check:
     """The check asked for: debug ports, a `--mode`, else every rank's environment."""
     if check_debug_ports:
-        from rankscope.debug.diagnose import check_debug_ports as debug_ports
+        from rankscope.debug.cli_diagnose import check_debug_ports as debug_ports
 
         return debug_ports
     if mode == "memory_profile":
-        from rankscope.memory.diagnose import memory_profile
+        from rankscope.memory.cli_diagnose import memory_profile
 
         return memory_profile
     return check_environment

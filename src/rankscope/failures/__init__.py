@@ -2,7 +2,7 @@
 Train's training thread, a dying thread), sent to the hub at once as `task_error` events and
 `exception` alerts. No command of its own: `rankscope events --kind task_error` lists them."""
 
-from rankscope.failures import hooks as _hooks  # noqa: F401  (installs at every probe's start)
+from rankscope.failures import worker as _worker  # noqa: F401  (installs at every probe's start)
 from rankscope.failures.analysis import TraceFrame, is_library_path, user_frame
 from rankscope.failures.model import EVENT_KIND, TaskError
 

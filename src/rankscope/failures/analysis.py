@@ -1,5 +1,5 @@
 """Pure functions over an exception's frames: the user's frame, bounded text, the record, and
-how often a process may send one. No Ray, no I/O; the worker side (`hooks.py`) feeds them."""
+how often a process may send one. No Ray, no I/O; the worker side (`worker.py`) feeds them."""
 
 from __future__ import annotations
 

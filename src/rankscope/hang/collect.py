@@ -7,10 +7,10 @@ import time
 from collections.abc import Collection
 
 from rankscope.hang.analysis import DEFAULT_MIN_WAIT_S, RankEvidence, analyze_hang
-from rankscope.hang.death import find_deaths
-from rankscope.hang.evidence import INLINE_RANKS, WINDOW_PER_GROUP
-from rankscope.hang.flight import merge_flight
+from rankscope.hang.io_death import find_deaths
 from rankscope.hang.model import DeathKind, HangReport, RecorderSnapshot
+from rankscope.hang.worker import INLINE_RANKS, WINDOW_PER_GROUP
+from rankscope.hang.worker_flight import merge_flight
 from rankscope.runtime import deadlines
 from rankscope.runtime.ask import Answers, Command, Selection, ask, select
 from rankscope.runtime.client import HubClient

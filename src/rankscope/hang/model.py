@@ -6,7 +6,6 @@ from __future__ import annotations
 import enum
 import functools
 import math
-import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -85,7 +84,7 @@ class RecorderSnapshot:
     """Records pushed out of the ring buffer since the start."""
     recording: bool
     flight: tuple[CollectiveRecord, ...] = ()
-    """torch's own flight recorder entries, when the job turned it on (see `hang.flight`)."""
+    """torch's own flight recorder entries, when the job turned it on (see `hang.worker_flight`)."""
     flight_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Group name -> ranks, as the flight recorder knows them (NCCL's; empty for gloo)."""
     paused: bool = False
@@ -118,23 +117,6 @@ class Death:
     """One line: Ray's account, the kernel's OOM verdict, the last log lines."""
     died_at: float | None = None
     """When Ray saw it end (epoch seconds); None when Ray does not know."""
-
-
-ERROR_CHARS = 200
-_SOURCE_PREFIX = re.compile(r"^\[[^\]]*:\d+\]\s*")
-"""gloo and NCCL start their messages with the C++ source location: `[.../pair.cc:553] `."""
-
-
-def error_text(exc: BaseException) -> str:
-    """The first sentence of an exception, without the C++ source location, at most 200 chars.
-
-    Example: `Connection closed by peer [127.0.0.1]:43437` for gloo's error when a peer died.
-    """
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    text = _SOURCE_PREFIX.sub("", text)
-    head, sep, _ = text.partition(". ")
-    text = head if sep else text.rstrip(".")
-    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
 
 
 @functools.lru_cache(maxsize=1024)

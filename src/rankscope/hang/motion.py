@@ -1,11 +1,11 @@
 """Stuck or slow (pure): what moved at a rank between two looks at it.
 
 One rule for the report's verdict (`report.diagnosis`) and the group judge's alerts
-(`hang.group_judge`): a rank its group waits for is slow, not stuck, when between two looks
+(`hang.worker_group_judge`): a rank its group waits for is slow, not stuck, when between two looks
 its step moved, its newest collective moved on, its call chain (functions, not lines)
 changed or it read or wrote at least `IO_MOTION_BYTES` of storage; past `SLOW_LIMIT_S` of
 waiting it is stuck all the same. CPU alone is not motion: a rank spinning in its own code is
-stuck. The call chain and the I/O come from the `motion` heartbeat summary (`hang.evidence`).
+stuck. The call chain and the I/O come from the `motion` heartbeat summary (`hang.worker`).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def logs(
     since_s = parse_duration(since, what="--since") if since is not None else None
     log_filter = LogFilter(rank_set, level, grep, since_s, time.time())
     if follow:
-        from rankscope.logs.follow import follow_logs
+        from rankscope.logs.collect_follow import follow_logs
 
         follow_logs(address, job, log_filter, as_json=as_json)
         return

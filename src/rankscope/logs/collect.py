@@ -38,7 +38,7 @@ def read_job_logs(
     each node folds its files' lines and only the folds are merged here."""
     import ray
 
-    from rankscope.logs.reader import read_node_remote
+    from rankscope.logs.collect_reader import read_node_remote
 
     targets = _node_targets(probes, ray.nodes())
     bound = MAX_LINES_PER_NODE if raw else MAX_FOLDS_PER_NODE
@@ -79,7 +79,7 @@ def read_new_lines(
     and what could not be read; `offsets` (node address -> file -> bytes read) is advanced."""
     import ray
 
-    from rankscope.logs.reader import read_node_remote
+    from rankscope.logs.collect_reader import read_node_remote
 
     targets = _node_targets(probes, ray.nodes())
     refs = {

@@ -100,7 +100,7 @@ def run_by_gpu(
 ) -> int:
     """Exit code 1 when a GPU is over-subscribed or its co-tenants pass the threshold."""
     from rankscope.cli.output import to_json
-    from rankscope.memory.by_gpu import collect_by_gpu, render_by_gpu
+    from rankscope.memory.collect_by_gpu import collect_by_gpu, render_by_gpu
     from rankscope.runtime.ask import Selection
 
     views = collect_by_gpu(address, Selection(job, group))

@@ -1,4 +1,6 @@
-"""`StepMonitor`: this rank's verdicts in-process, from the series `rankscope.step()` keeps."""
+"""The monitor's public Python API: `StepMonitor` (this rank's verdicts in-process, from the series
+`rankscope.step()` keeps) and `watch_nan` (the first module whose output or gradient is NaN/Inf;
+its hooks live in `worker_nan.py`)."""
 
 from __future__ import annotations
 
@@ -6,9 +8,10 @@ from typing import Any
 
 from rankscope.monitor import analysis
 from rankscope.monitor.model import Finding, RankSeries, Thresholds
-from rankscope.monitor.recorder import memory_use, step_recorder
+from rankscope.monitor.worker import memory_use, step_recorder
+from rankscope.monitor.worker_nan import NanWatch, watch_nan
 
-__all__ = ["StepMonitor"]
+__all__ = ["NanWatch", "StepMonitor", "watch_nan"]
 
 
 class StepMonitor:

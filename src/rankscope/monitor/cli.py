@@ -96,7 +96,7 @@ def comm_bench(
     """Preflight: collective bus bandwidth and node-pair links (exit 1 on a 2x slow pair)."""
     from rankscope.cli.output import to_json
     from rankscope.errors import UserError
-    from rankscope.monitor.commbench import run_comm_bench
+    from rankscope.monitor.collect_commbench import run_comm_bench
     from rankscope.monitor.render import render_comm_bench
 
     if max_bytes < 1024:  # --budget is checked as it is read (`over_zero`)

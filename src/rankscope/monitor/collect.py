@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from rankscope.alerts.model import Alert
 from rankscope.monitor import analysis
@@ -11,12 +10,11 @@ from rankscope.monitor.model import (
     FindingKind,
     JobHealth,
     JobTop,
-    MonitorSummary,
     RankRow,
     RankSeries,
     Thresholds,
 )
-from rankscope.monitor.view import RankInput, rank_rows
+from rankscope.monitor.view import inputs_of, rank_rows
 from rankscope.runtime import deadlines
 from rankscope.runtime.ask import Answers, Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
@@ -25,39 +23,11 @@ from rankscope.runtime.protocol import ProbeStatus
 __all__ = [
     "alert_line_sets",
     "alert_lines",
-    "inputs_of",
     "job_health",
     "job_series",
     "job_tops",
     "watch_tops",
 ]
-
-
-def _rank(p: ProbeStatus) -> int:
-    return p.context.rank if p.context.rank is not None else -1
-
-
-def inputs_of(probes: Sequence[ProbeStatus]) -> list[RankInput]:
-    """The hub's records as the view's inputs (the `monitor` and `collectives` summaries)."""
-    out = []
-    for p in probes:
-        summary = p.summaries.get("monitor")
-        recorded: Any = p.summaries.get("collectives")
-        records = tuple(getattr(recorded, "records", ()) or ())
-        ctx = p.context
-        out.append(
-            RankInput(
-                rank=_rank(p),
-                group=ctx.group or "",
-                node=ctx.node_ip or ctx.hostname,
-                role=ctx.actor_class or "",
-                pid=ctx.pid,
-                state=p.state.value,
-                summary=summary if isinstance(summary, MonitorSummary) else None,
-                collectives=tuple(r for r in records if not r.p2p),
-            )
-        )
-    return out
 
 
 def job_tops(

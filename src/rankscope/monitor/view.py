@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rankscope.hang.model import CollectiveRecord
 from rankscope.monitor.analysis import first_nonfinite
 from rankscope.monitor.collectives import align
 from rankscope.monitor.model import MonitorSummary, RankRow, RankSeries
 from rankscope.monitor.straggler import straggler_scores
+from rankscope.runtime.protocol import ProbeStatus
 
-__all__ = ["RankInput", "arrivals", "rank_rows"]
+__all__ = ["RankInput", "arrivals", "inputs_of", "rank_rows"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +100,30 @@ def arrivals(members: Sequence[RankInput]) -> tuple[dict[int, int], int]:
     """How often each rank of one group arrived last, and over how many collectives."""
     alignment = align({m.rank: m.collectives for m in members if m.collectives})
     return alignment.last_arrivals, alignment.count
+
+
+def _rank(p: ProbeStatus) -> int:
+    return p.context.rank if p.context.rank is not None else -1
+
+
+def inputs_of(probes: Sequence[ProbeStatus]) -> list[RankInput]:
+    """The hub's records as the view's inputs (the `monitor` and `collectives` summaries)."""
+    out = []
+    for p in probes:
+        summary = p.summaries.get("monitor")
+        recorded: Any = p.summaries.get("collectives")
+        records = tuple(getattr(recorded, "records", ()) or ())
+        ctx = p.context
+        out.append(
+            RankInput(
+                rank=_rank(p),
+                group=ctx.group or "",
+                node=ctx.node_ip or ctx.hostname,
+                role=ctx.actor_class or "",
+                pid=ctx.pid,
+                state=p.state.value,
+                summary=summary if isinstance(summary, MonitorSummary) else None,
+                collectives=tuple(r for r in records if not r.p2p),
+            )
+        )
+    return out

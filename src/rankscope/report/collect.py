@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from rankscope.errors import UserError
 from rankscope.hang.motion import moved
-from rankscope.report.files import JobFiles, is_trace, read_job_files, read_on_hub_node
+from rankscope.report.collect_files import JobFiles, is_trace, read_job_files, read_on_hub_node
+from rankscope.report.collect_straggler_places import sample_places, stragglers
 from rankscope.report.model import RunData
-from rankscope.report.straggler_places import sample_places, stragglers
 from rankscope.runtime.run_dir import read_reports, tail_events
 from rankscope.serialize import plain
 

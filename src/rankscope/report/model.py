@@ -160,7 +160,7 @@ class RunData:
     """Live processes that moved while the report looked (by probe id): what moved (its step,
     its call stack, its disk I/O). A rank its group waits for that moves is slow, not stuck."""
     odd_places: tuple[dict[str, Any], ...] = ()
-    """Where live stragglers spend time their peers do not (`straggler_places`): {"group",
+    """Where live stragglers spend time their peers do not (`collect_straggler_places`): {"group",
     "rank", "place", "share", "peers_share", "seconds"}."""
     hang: tuple[dict[str, Any], ...] = ()
     """Live hang reports (`hang --json`'s data)."""

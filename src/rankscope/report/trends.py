@@ -4,9 +4,9 @@ Every rank keeps its last steps (`rankscope.step(loss=..., tokens=...)`, the mon
 series); the report asks for them while the job is live. The ranks the monitor's findings name
 (a loss that diverges, spikes or disagrees with the other ranks', a straggler, a throughput that
 drifted) are drawn in red and named in the text. After the job ended, the whole run's series
-come from the run directory (`steps-*.json`, every Nth step, see `report.steps`); without those,
-the steps/s chart comes from the step markers of the run's newest trace, and its stragglers are
-the ranks named.
+come from the run directory (`steps-*.json`, every Nth step, see `report.collect_steps`);
+without those, the steps/s chart comes from the step markers of the run's newest trace, and its
+stragglers are the ranks named.
 """
 
 from __future__ import annotations

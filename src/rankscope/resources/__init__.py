@@ -1,6 +1,6 @@
 """Resources: why work is pending, and a placement plan with reasons (`SmartResourceAllocator`)."""
 
-from rankscope.resources.allocator import SmartResourceAllocator
+from rankscope.resources.api import SmartResourceAllocator
 from rankscope.resources.model import (
     AllocationError,
     AllocationPlan,

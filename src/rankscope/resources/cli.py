@@ -51,7 +51,7 @@ def plan(
 ) -> None:
     """Where SmartResourceAllocator would put the workers, and why (reserves nothing)."""
     from rankscope.cli.output import to_json
-    from rankscope.resources.allocator import SmartResourceAllocator, plan_on_cluster
+    from rankscope.resources.api import SmartResourceAllocator, plan_on_cluster
     from rankscope.resources.render import render_plan
 
     allocator = SmartResourceAllocator(min_gpu_memory, prefer, fallback)  # bad options: exit 2

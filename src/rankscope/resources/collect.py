@@ -287,7 +287,7 @@ def gpu_memory_by_node(
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from rankscope.memory.gpus import query_nvidia_smi
+    from rankscope.memory.worker_gpus import query_nvidia_smi
 
     remote = ray.remote(num_cpus=0)(query_nvidia_smi)
     refs = {

@@ -40,7 +40,7 @@ SERIES_S = 5.0
 their phases); the report reads it with the same deadline."""
 
 SAMPLES_S = 4.5
-"""`samples`: the probe samples its active thread for 1.5 s at most (`stacks.capture`,
+"""`samples`: the probe samples its active thread for 1.5 s at most (`stacks.worker`,
 off its handler thread), then answers; 3 s more for the round trip on a busy node."""
 
 ENVIRONMENT_S = 5.0

@@ -139,7 +139,7 @@ class _ProgressCounter:
         self.last_progress = time.time()
         self.waiting: Callable[[], float | None] = lambda: None
         """Since when the oldest collective call still running runs: set by the collective
-        recorder once it records (`hang.recorder.oldest_call_start`)."""
+        recorder once it records (`hang.worker_recorder.oldest_call_start`)."""
 
     def tick(self) -> None:
         self.step += 1

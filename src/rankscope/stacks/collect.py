@@ -24,8 +24,8 @@ from rankscope.stacks.analysis import (
     group_stacks,
     waited_long,
 )
+from rankscope.stacks.collect_pyspy import PARALLEL_DUMPS, PYSPY_TIMEOUT_S, dump_on_node
 from rankscope.stacks.model import ChildProcess, ProcessStacks, StackFinding, StackReport
-from rankscope.stacks.pyspy import PARALLEL_DUMPS, PYSPY_TIMEOUT_S, dump_on_node
 
 CONFIRM_AFTER_S = 1.0
 """When the first look finds ranks stuck, look again: each rank takes its second stacks this

@@ -59,9 +59,9 @@ def job_statuses(
     `summaries`: the heartbeat summaries a live process's row keeps (all when None; `status`
     reads STATUS_SUMMARIES); a dead one keeps all, its last words.
     A process on a node Ray declared dead has the hub's "node gone: ..." first in its cause
-    (`hang.death.find_deaths`).
+    (`hang.io_death.find_deaths`).
     """
-    from rankscope.hang.death import find_deaths
+    from rankscope.hang.io_death import find_deaths
 
     client = client or HubClient.attach(address)
     jobs = select(client, selection, summaries)

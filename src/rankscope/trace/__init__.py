@@ -4,10 +4,8 @@ Importing it registers the worker side: the probe's `trace` command, the step ma
 clock offset every heartbeat carries.
 """
 
-from rankscope.trace import handler as _handler  # noqa: F401  (the probe's `trace` command)
-from rankscope.trace.api import enable_detailed_tracing
-from rankscope.trace.decorator import debug_decorator
+from rankscope.trace import worker as _worker  # noqa: F401  (the probe's `trace` command)
+from rankscope.trace.api import debug_decorator, enable_detailed_tracing, span
 from rankscope.trace.model import RankSummary, TraceSummary
-from rankscope.trace.spans import span
 
 __all__ = ["RankSummary", "TraceSummary", "debug_decorator", "enable_detailed_tracing", "span"]

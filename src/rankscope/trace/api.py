@@ -1,4 +1,7 @@
-"""`enable_detailed_tracing()`: trace every rank of this driver's job, and the driver itself.
+"""Tracing's public Python API: `span(name, **attrs)` and `debug_decorator` (worker-side, in
+`worker_spans.py` and `worker_decorator.py`), and `enable_detailed_tracing()`: trace every rank
+of this driver's job, and the driver itself (here: the driver drives a trace session as the CLI
+does, through `collect.py`).
 
 A context manager (or a plain switch: call it, later `.stop()`). Inside it every process of the
 job with a probe records spans, step markers, collectives and memory; the driver records its
@@ -20,13 +23,14 @@ from rankscope._version import __version__
 from rankscope.context import get_context
 from rankscope.runtime.api import current_probe
 from rankscope.runtime.protocol import ProbeInfo, ProbeState, ProbeStatus
-from rankscope.trace import handler
+from rankscope.trace import worker
 from rankscope.trace.chrome import DEFAULT_BUDGET
 from rankscope.trace.collect import TraceSession, hub_asker, write_trace_file
 from rankscope.trace.model import TraceOptions, TraceSummary
-from rankscope.trace.spans import record_span, span
+from rankscope.trace.worker_decorator import debug_decorator
+from rankscope.trace.worker_spans import record_span, span
 
-__all__ = ["enable_detailed_tracing"]
+__all__ = ["debug_decorator", "enable_detailed_tracing", "span"]
 
 log = logging.getLogger("rankscope.trace")
 LOCAL_ID = "driver"
@@ -111,7 +115,7 @@ class enable_detailed_tracing:  # a class used like a function: `with ...():`
         out: list[Any] = []
         remote = [p for p in probes if p is not probes[0]]
         try:
-            out.append((probes[0], handler.trace_command(args), ""))
+            out.append((probes[0], worker.trace_command(args), ""))
         except Exception as exc:
             out.append((probes[0], None, f"{type(exc).__name__}: {exc}"))
         if remote and self._client is not None:

@@ -26,7 +26,7 @@ from rankscope.runtime.protocol import ProbeState, ProbeStatus
 from rankscope.trace.analysis import merge_chunks, split_collectives, summarize, window_ns
 from rankscope.trace.chrome import DEFAULT_BUDGET, ExportStats, render_trace
 from rankscope.trace.model import RankTrace, RayTask, TraceChunk, TraceOptions, TraceSummary
-from rankscope.trace.tasks import attach_tasks, read_ray_tasks, untraced_workers
+from rankscope.trace.tasks import MAX_TASKS, attach_tasks, ray_task, untraced_workers
 
 __all__ = ["TraceSession", "record_trace", "write_trace_file"]
 
@@ -91,7 +91,7 @@ class TraceSession:
     def interval(self) -> float:
         """Seconds to the next drain: sooner while collectives come fast enough to wrap the
         recorder's ring before then."""
-        from rankscope.hang.recorder import DEFAULT_CAPACITY
+        from rankscope.hang.worker_recorder import DEFAULT_CAPACITY
 
         fastest = max((c[-1].new_collectives for c in self.chunks.values() if c), default=0)
         if fastest <= 0:
@@ -275,3 +275,23 @@ def _into_run_dir(client: HubClient, job_id: str, path: str) -> str:
         return f"also kept in the run directory: {client.write_artifact(job_id, name, text)}"
     except Exception as exc:  # the trace the user asked for is written; the copy is extra
         return f"not copied into the run directory: {type(exc).__name__}: {exc}"
+
+
+def read_ray_tasks(job_id: str) -> tuple[list[RayTask], str]:
+    """The job's tasks from Ray's state API, and an empty note, or none and why not."""
+    try:
+        from ray.util.state import list_tasks
+
+        states = list_tasks(
+            filters=[("job_id", "=", job_id)], detail=True, limit=MAX_TASKS, timeout=10,
+            raise_on_missing_output=False,
+        )  # fmt: skip
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [], (
+            f"Ray tasks left out: Ray's state API did not answer ({reason[:120]}); it needs the "
+            "dashboard (ray start --head --include-dashboard=true)"
+        )
+    tasks = [t for t in (ray_task(s) for s in states) if t is not None]
+    note = f"Ray tasks: the first {MAX_TASKS} only" if len(states) >= MAX_TASKS else ""
+    return tasks, note

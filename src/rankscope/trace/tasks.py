@@ -1,9 +1,9 @@
 """Ray tasks and actor method calls of the job, from Ray's task events (the state API).
 
-`read_ray_tasks` asks the state API (it needs Ray's dashboard: without it, one line says so);
-`ray_task(state)` turns one `TaskState` into a `RayTask`; the rest is pure: which worker ran
-it, how long it waited to be scheduled (submitted -> running), which tasks have been pending
-longer than a threshold, and how much of a worker's window went by between its tasks (idle).
+Pure: `collect.read_ray_tasks` asks the state API; here `ray_task(state)` turns one `TaskState`
+into a `RayTask`, and the rest says which worker ran it, how long it waited to be scheduled
+(submitted -> running), which tasks have been pending longer than a threshold, and how much of
+a worker's window went by between its tasks (idle).
 Task times come from the GCS, on the head node's clock, where the hub runs: no offset applies.
 """
 
@@ -20,7 +20,6 @@ __all__ = [
     "idle_share",
     "pending_too_long",
     "ray_task",
-    "read_ray_tasks",
     "untraced_workers",
 ]
 
@@ -139,23 +138,3 @@ def idle_share(tasks: list[RayTask], window: tuple[int, int]) -> float:
             busy += e - s
             reach = e
     return max(0.0, 1.0 - busy / max(1, end - start))
-
-
-def read_ray_tasks(job_id: str) -> tuple[list[RayTask], str]:
-    """The job's tasks from Ray's state API, and an empty note, or none and why not."""
-    try:
-        from ray.util.state import list_tasks
-
-        states = list_tasks(
-            filters=[("job_id", "=", job_id)], detail=True, limit=MAX_TASKS, timeout=10,
-            raise_on_missing_output=False,
-        )  # fmt: skip
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return [], (
-            f"Ray tasks left out: Ray's state API did not answer ({reason[:120]}); it needs the "
-            "dashboard (ray start --head --include-dashboard=true)"
-        )
-    tasks = [t for t in (ray_task(s) for s in states) if t is not None]
-    note = f"Ray tasks: the first {MAX_TASKS} only" if len(states) >= MAX_TASKS else ""
-    return tasks, note

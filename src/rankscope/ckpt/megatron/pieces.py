@@ -102,7 +102,7 @@ def _qkv_rows(
 
 
 def _torch_dtype(source: TensorSource, name: str) -> torch.dtype:
-    from rankscope.ckpt.writer import DTYPE_OF_CODE
+    from rankscope.ckpt.safetensors_writer import DTYPE_OF_CODE
 
     code = source.infos[name].dtype or "F32"
     return DTYPE_OF_CODE[code]

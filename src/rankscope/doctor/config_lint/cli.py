@@ -61,7 +61,7 @@ def lint_command(
 
     cluster = None
     if address or os.environ.get("RAY_ADDRESS"):
-        from rankscope.doctor.config_lint.cluster import cluster_shape
+        from rankscope.doctor.config_lint.collect import cluster_shape
 
         plan = plan_from_config(load_config(config, overrides))
         cluster = cluster_shape(address, _absolute(plan.checkpoint_dir))

@@ -1,6 +1,6 @@
 """The CLI side of `rankscope doctor`: ask every alive node, then Ray itself, then check.
 
-Three rounds of pinned tasks (`doctor.nodes.run_on_nodes`), each under the deadline: the
+Three rounds of pinned tasks (`doctor.collect_nodes.run_on_nodes`), each under the deadline: the
 shared-file-system sentinel written on the head node, every node's facts (in the job's
 environment with `--runtime-env`), and a clock round on the now-warm workers, whose round trips
 bound each node's clock offset.
@@ -13,10 +13,10 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rankscope.doctor.nodes import NodeAnswers, NodeRef, alive_nodes, run_on_nodes
-from rankscope.doctor.preflight import probe
+from rankscope.doctor.collect_nodes import NodeAnswers, NodeRef, alive_nodes, run_on_nodes
+from rankscope.doctor.preflight import collect_node
 from rankscope.doctor.preflight.checks import run_checks
-from rankscope.doctor.preflight.live import live_checks
+from rankscope.doctor.preflight.collect_live import live_checks
 from rankscope.doctor.preflight.model import ClusterFacts, NodeFacts, PreflightReport
 from rankscope.errors import UserError
 
@@ -49,13 +49,13 @@ def preflight(options: PreflightOptions) -> PreflightReport:
     connect(options.address)
     nodes = alive_nodes()
     cluster = _cluster_facts(options, nodes)
-    probe.ship_by_value()
+    collect_node.ship_by_value()
     paths = {"ray temp dir": _ray_temp_dir()}
     run_dir = os.environ.get("RANKSCOPE_RUN_DIR")
     if run_dir:
         paths["run dir"] = run_dir
     answers = run_on_nodes(
-        probe.node_facts,
+        collect_node.node_facts,
         paths,
         options.shared_path,
         deadline_s=options.deadline_s,
@@ -100,7 +100,9 @@ def _with_clocks(
 ) -> list[NodeFacts]:
     best: dict[str, tuple[float, float]] = {}
     for _ in range(3):  # the tightest of three round trips on warm workers
-        answers = run_on_nodes(probe.clock, deadline_s=min(options.deadline_s, 5.0), nodes=nodes)
+        answers = run_on_nodes(
+            collect_node.clock, deadline_s=min(options.deadline_s, 5.0), nodes=nodes
+        )
         for node_id, (offset, error) in clock_offsets(answers).items():
             if node_id not in best or error < best[node_id][1]:
                 best[node_id] = (offset, error)
@@ -126,7 +128,7 @@ def _shared_fs(
         ), facts
     writer = nodes[have[0].node_id]
     wrote = run_on_nodes(
-        probe.write_sentinel,
+        collect_node.write_sentinel,
         shared_path,
         name,
         token,
@@ -142,14 +144,18 @@ def _shared_fs(
     if error:
         return cluster, facts
     read = run_on_nodes(
-        probe.read_sentinel,
+        collect_node.read_sentinel,
         shared_path,
         name,
         deadline_s=SENTINEL_DEADLINE_S,
         nodes=[nodes[f.node_id] for f in facts],
     )
     run_on_nodes(
-        probe.remove_sentinel, shared_path, name, deadline_s=SENTINEL_DEADLINE_S, nodes=[writer]
+        collect_node.remove_sentinel,
+        shared_path,
+        name,
+        deadline_s=SENTINEL_DEADLINE_S,
+        nodes=[writer],
     )
     return cluster, [replace(f, shared=read.replies.get(f.node_id, f.shared)) for f in facts]
 
