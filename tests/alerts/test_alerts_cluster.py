@@ -132,29 +132,34 @@ def test_a_rank_killed_in_a_group_torn_down_after_it_is_raised_by_the_hub(cluste
 
 def test_a_job_that_ends_raises_no_death_alert_for_the_ranks_ray_ends_with_it(cluster, hub):
     """The driver ends and Ray ends the actors it owns: a normal job end, no death to raise."""
-    import os
     import subprocess
     import sys
 
     from rankscope.runtime.client import HubClient
 
-    job_script = os.path.join(os.path.dirname(__file__), "gloo_job.py")
     driver = subprocess.Popen(
-        [sys.executable, job_script, cluster_address()],
+        [sys.executable, GLOO_JOB, cluster_address()],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    assert driver.stdout is not None and driver.stdin is not None
-    job = driver.stdout.readline().strip()
-    client = HubClient.attach(cluster_address())
-    wait_until(
-        lambda: len({p.context.rank for p in client.probes(job)} - {None}) == 4,
-        what="the job's four ranks",
-    )
-    driver.stdin.close()
-    driver.wait(timeout=60)
+    try:
+        assert driver.stdout is not None and driver.stdin is not None
+        job = driver.stdout.readline().strip()
+        assert job, "the gloo job's driver printed no job id"
+        client = HubClient.attach(cluster_address())
+        wait_until(
+            lambda: len({p.context.rank for p in client.probes(job)} - {None}) == 4,
+            timeout=60,
+            what="the job's four ranks",
+        )
+        driver.stdin.close()
+        driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:  # never leave a live job to the tests after this one
+            driver.kill()
+            driver.wait(timeout=30)
     wait_until(lambda: len(client.probes(job)) and all(
         p.state == ProbeState.DEAD for p in client.probes(job) if p.context.rank is not None
     ), timeout=60, what="every rank dead")  # fmt: skip
