@@ -69,3 +69,12 @@ def test_a_rank_torn_down_before_the_hub_marked_the_silent_one_names_the_silent_
     assert payload["rank"] == 2
     proven = _probe(2, ProbeState.DEAD, seen=NOW - 5, reason="node gone: Ray declared it dead")
     assert on_death(proven, [_probe(0), _probe(1), proven, torn_down]) == []  # ... and once
+
+
+def test_a_peer_killed_a_second_before_the_first_rank_proven_dead_is_the_one_named():
+    """SIGKILL on rank 2; rank 1 failed in its collective 1.5 s later; the hub proved rank 1
+    dead first (both after 5 s of silence): rank 2, silent for 6.5 s by now, went first."""
+    killed = _probe(2, ProbeState.ALIVE, seen=NOW - 6.5)
+    failed = _probe(1, ProbeState.DEAD, seen=NOW - 5.0)
+    alert = first_death_alert(failed, [_probe(0), failed, killed, _probe(3)], NOW, 1.0)
+    assert alert is not None and alert.rank == 2 and "went silent" in alert.message

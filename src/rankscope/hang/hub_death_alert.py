@@ -34,19 +34,24 @@ FOLLOWERS_S = 60.0
 SAME_MOMENT_S = 0.5
 """Ranks last heard within this of each other died together: each is told (a node lost)."""
 SILENT_HEARTBEATS = 2.5
-"""A rank the hub still holds alive but last heard this many heartbeats before the dead one
-is silent: it died first, and its death (marked later, when its liveness check ends) is the
-one to raise. A SIGKILL-ed rank's peers are torn down seconds later, and Ray may report their
-end before the hub has checked the silent one."""
+"""A rank the hub still holds alive, last heard before the dead one and silent now for this
+many heartbeats, went first: it is the one to name. A SIGKILL-ed rank's peers fail or are
+torn down a second or two later, and the hub may prove one of them dead before the silent one's
+liveness check ends."""
 _webhook = WebhookSender()
 _named: collections.deque[str] = collections.deque(maxlen=4096)
 """The processes an alert named (a silent one is named at its first peer's death, before the
 hub proves it dead): each is named once."""
 
 
-def _silent_s(peer: ProbeStatus, silent_s: float) -> float:
-    """How much earlier than the dead rank `peer` must have been last heard to have gone first."""
-    return SAME_MOMENT_S if peer.state != ProbeState.ALIVE else max(SAME_MOMENT_S, silent_s)
+def _went_first(peer: ProbeStatus, dead: ProbeStatus, now: float, silent_s: float) -> bool:
+    """Whether `peer` went before `dead`: last heard before it, and marked, or silent now for
+    longer than a late heartbeat explains. The hub marks a rank dead only after `dead_after`
+    of silence, so a peer killed a second before it is silent by then, whatever order the
+    liveness checks finished in."""
+    if not dead.last_seen - FOLLOWERS_S <= peer.last_seen < dead.last_seen - SAME_MOMENT_S:
+        return False
+    return peer.state != ProbeState.ALIVE or now - peer.last_seen > silent_s
 
 
 def first_death_alert(
@@ -64,7 +69,7 @@ def first_death_alert(
         if p.info.probe_id != dead.info.probe_id
         and (p.context.group or "") == (ctx.group or "")
         and (p.context.rank is not None or p.context.actor_class)
-        and dead.last_seen - FOLLOWERS_S <= p.last_seen < dead.last_seen - _silent_s(p, silent_s)
+        and _went_first(p, dead, now, silent_s)
     ]
     if any(p.state == ProbeState.DEAD for p in earlier):
         return None  # it followed another death: that one was raised
