@@ -387,6 +387,24 @@ def test_the_groups_first_nan_is_named_at_the_rank_it_began_on_not_where_it_spre
     assert (alert.rule, alert.rank, alert.severity) == ("non_finite", 2, "critical")
 
 
+def test_a_groups_first_nan_waits_for_the_rank_it_began_on_to_say_so() -> None:
+    """The judge's own rank saw the spread NaN first; the rank it began on says so a
+    heartbeat later: nothing is named before the NaN settled, then the right rank."""
+
+    def nan_at(rank: int, what: str, t: float) -> RankInput:
+        base = _input(rank, 0.05, 0.01)
+        assert base.summary is not None
+        return replace(
+            base, summary=replace(base.summary, first_nonfinite=NonFinite(41, t, what, "nan"))
+        )
+
+    spread = [_input(2, 0.05, 0.01), nan_at(0, "gradient", 100.0)]
+    assert not [f for f in group_findings(spread, T, now=101.0) if f.kind is FindingKind.NON_FINITE]
+    settled = [nan_at(2, "activation", 100.3), nan_at(0, "gradient", 100.0)]
+    [nan] = [f for f in group_findings(settled, T, now=102.6) if f.kind is FindingKind.NON_FINITE]
+    assert nan.ranks == (2,)
+
+
 def test_a_straggler_is_raised_only_once_every_judge_turn_has_seen_it_for_20_s() -> None:
     from rankscope.monitor.alert_rules import PERSIST_S, Persistence
 

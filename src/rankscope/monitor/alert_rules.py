@@ -80,7 +80,15 @@ def finding_alerts(findings: Iterable[Finding], now: float, job_id: str = "") ->
     return out
 
 
-def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[Finding]:
+NONFINITE_SETTLE_S = 2.5
+"""A group's first NaN is named once it was seen this long ago (two heartbeats): an all_reduce
+spreads it to every rank at one step, and the rank it began on may say so a heartbeat after
+the ranks it reached."""
+
+
+def group_findings(
+    inputs: Sequence[RankInput], thresholds: Thresholds, now: float | None = None
+) -> list[Finding]:
     """Stragglers, loss disagreement and collective latency within each group, from the
     heartbeat summaries.
 
@@ -92,7 +100,7 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
     """
     groups: dict[str, list[RankInput]] = {}
     unstepped: dict[str, list[RankInput]] = {}
-    found: list[Finding] = _first_nonfinite(inputs)
+    found: list[Finding] = _first_nonfinite(inputs, now)
     for i in inputs:
         if i.state == "alive" and i.summary is not None and i.summary.step_s > 0:
             if i.summary.steps_over >= MIN_TREND:  # a step or two is a sample (start-up)
@@ -127,15 +135,22 @@ def group_findings(inputs: Sequence[RankInput], thresholds: Thresholds) -> list[
     return found
 
 
-def _first_nonfinite(inputs: Sequence[RankInput]) -> list[Finding]:
+def _first_nonfinite(inputs: Sequence[RankInput], now: float | None) -> list[Finding]:
     """Each group's first NaN/Inf, named at the rank it began on: one all_reduce spreads it to
-    every rank at the same step, so a rank's own alert would name whichever heartbeat first."""
+    every rank at the same step, so a rank's own alert would name whichever heartbeat first.
+    With `now`, a group's is named only once `NONFINITE_SETTLE_S` passed since its first."""
     by_group: dict[str, list[RankSeries]] = {}
     for i in inputs:
         if i.summary is not None and i.summary.first_nonfinite is not None:
             series = RankSeries(i.rank, i.group, i.node, i.role, (), i.summary.first_nonfinite)
             by_group.setdefault(i.group, []).append(series)
-    return [f for group in sorted(by_group) if (f := first_nonfinite(by_group[group]))]
+    settled = {
+        group
+        for group, series in by_group.items()
+        if now is None
+        or now - min(s.first_nonfinite.t for s in series if s.first_nonfinite) >= NONFINITE_SETTLE_S
+    }
+    return [f for group in sorted(settled) if (f := first_nonfinite(by_group[group]))]
 
 
 def _unnamed(late: Iterable[Finding], slow: Sequence[Finding]) -> list[Finding]:

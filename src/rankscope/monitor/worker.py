@@ -16,6 +16,7 @@ from typing import Any
 
 from rankscope import level as _level
 from rankscope.context import get_context
+from rankscope.monitor.alert_rules import NONFINITE_SETTLE_S
 from rankscope.monitor.io_history import history_writer
 from rankscope.monitor.model import (
     MemoryUse,
@@ -37,10 +38,6 @@ SUMMARY_STEPS = 10
 COLLECTIVES_SENT = 1024
 ALERTS_EVERY_S = 10.0
 """The summary redoes this rank's own findings at most this often (a few ms of the probe thread)."""
-NONFINITE_SETTLE_S = 2.5
-"""After a rank's first NaN, its group is judged again this much later (two heartbeats): an
-all_reduce spreads the NaN to every rank at one step, and the group's judge names the rank it
-began on only once every rank's heartbeat has said where its own came from."""
 ALERT_STEPS = 200
 """...over this many recent steps."""
 MAX_ALERTS, MAX_ALERT_CHARS = 4, 240

@@ -87,8 +87,9 @@ def judge_group(thresholds: Thresholds | None = None) -> None:
         mine = [p for p in probes if (p.context.group or "") == group]
         if not judges_group(ctx.rank, ctx.group, mine):
             return
-        found = group_findings(inputs_of(mine), thresholds or Thresholds())
-        _raise(_gate("group"), _persistence.held(found, time.time()))
+        now = time.time()
+        found = group_findings(inputs_of(mine), thresholds or Thresholds(), now)
+        _raise(_gate("group"), _persistence.held(found, now))
         _raise_silent(mine, ctx.job_id or "")
     except Exception:
         pass
