@@ -416,6 +416,11 @@ def test_a_rank_paused_in_a_debugger_is_a_breakpoint():
         "train.py:151",
     )
     assert d.sentence.startswith("rank 3 is paused in a debugger at train.py:151")
+    # the hang analysis names torch's group ("0"), the stacks the ranks' rendezvous
+    named_by_torch = {**data.hang[0], "group": "0"}
+    named_by_torch["findings"] = [{**named_by_torch["findings"][0], "group": "0"}]
+    d = build_report(replace(data, hang=(named_by_torch,)), NOW).diagnosis
+    assert d is not None and d.kind is DiagnosisKind.BREAKPOINT
 
 
 def test_a_straggler_its_group_waits_for_is_a_straggler_not_a_hang():

@@ -384,6 +384,8 @@ def in_debugger(data: RunData, group: str | None, ranks: Sequence[int]) -> bool:
             for m in g.get("members", ()):
                 if m.get("active") and m.get("rank") is not None:
                     paused.add((m.get("group"), int(m["rank"])))
+    if group not in {g for g, _ in paused}:  # the recorder's group name ("0"), not the rank's
+        return bool(ranks) and all(r in {rank for _, rank in paused} for r in ranks)
     return bool(ranks) and all((group, r) in paused for r in ranks)
 
 
