@@ -27,9 +27,12 @@ def test_error_burst_once_per_cooldown_naming_the_rank():
     batch = [("ERROR", f"step {i} failed", 100.0 + i * 0.1, "step <n> failed") for i in range(4)]
     alerts = rules.records(batch, 100.5)
     assert [a.rule for a in alerts] == ["new_error"]  # 4 < 5: no burst yet
-    more = [("ERROR", "step 9 failed", 100.6, "step <n> failed")]
+    more = [("ERROR", "step 9 failed", 100.6, "step <n> failed", "train.py:148")]
     (burst,) = rules.records(more, 100.6)
-    assert burst.rule == "error_burst" and burst.message == "rank 1: 5 ERROR records in 10 s"
+    assert burst.rule == "error_burst"
+    assert (
+        burst.message == "rank 1: 5 ERROR records in 10 s, the last: step 9 failed (train.py:148)"
+    )
     assert rules.records(more, 101.0) == []  # within the cooldown
     assert rules.records([], 200.0) == []  # the window moved on
 

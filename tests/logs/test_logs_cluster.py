@@ -87,7 +87,10 @@ def test_error_burst_and_memory_alerts_name_the_rank_and_reach_the_webhook(ranks
     wait_until(lambda: rules <= set(listed()[1]), timeout=30, what="alert events")
     result, mine = listed()
     assert result.returncode == 1  # active alerts are a finding
-    assert mine["error_burst"]["message"] == "rank 1: 12 ERROR records in 60 s"
+    assert mine["error_burst"]["message"] == (
+        "rank 1: 12 ERROR records in 60 s, the last: batch 11 failed: bad sample "
+        "(workers_logs.py:49)"  # the logging call's line
+    )
     assert mine["host_memory"]["message"].startswith("rank 1: host memory")
     table = _cli(job, "alerts", env={"COLUMNS": "200"})
     assert table.returncode == 1 and "rank 1: 12 ERROR records in 60 s" in table.stdout

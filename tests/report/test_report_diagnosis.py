@@ -505,3 +505,20 @@ def test_a_straggler_alert_of_a_job_that_marks_no_steps_says_where_its_time_goes
     )
     assert d.why.endswith("it spends 50% of its time in compute train.py:221, its peers 2% "
                           "(sampled 1.5 s)")  # fmt: skip
+
+
+def test_an_error_burst_names_the_rank_and_the_line_that_logged_it():
+    burst = {"rule": "error_burst", "severity": "error", "rank": 2, "message": "rank 2: 12 ERROR "
+             "records in 60 s, the last: reading shard 7 failed (train.py:148)"}  # fmt: skip
+    data = RunData(
+        "job",
+        "hub",
+        processes=tuple(_process(r) for r in range(4)),
+        events=({"kind": "alert", "time": NOW - 5, "payload": burst, "probe_id": "p2"},),
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks, d.where) == (
+        DiagnosisKind.ERROR_BURST,
+        (2,),
+        "train.py:148",
+    )

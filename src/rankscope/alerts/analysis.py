@@ -73,17 +73,21 @@ class RankRules:
         self._memory_high: set[str] = set()
         self._job: dict[str, collections.deque[float]] = {}
         self._job_last: dict[str, str] = {}
+        self._last_error = ""
 
     def set_rules(self, rules: Sequence[RegexRule]) -> None:
         self.settings = replace(self.settings, rules=tuple(rules))
         self._compiled = {r.name: re.compile(r.pattern) for r in rules}
 
-    def records(self, batch: Iterable[tuple[str, str, float, str]], now: float) -> list[Alert]:
-        """`batch`: (level, message, time, template) of the records logged since the last call."""
+    def records(self, batch: Iterable[tuple[Any, ...]], now: float) -> list[Alert]:
+        """`batch`: (level, message, time, template[, where]) of the records logged since the
+        last call; `where` is the logging call's `file.py:line`."""
         found: list[Alert] = []
         s = self.settings
-        for level, message, when, template in batch:
+        for level, message, when, template, *rest in batch:
+            where = f" ({rest[0]})" if rest and rest[0] else ""
             if level in ERROR_LEVELS:
+                self._last_error = f"{message[:160]}{where}"
                 if s.error_burst_scope == "job":
                     self._count_for_job("error_burst", s.error_burst, when, message)
                 self._errors.append(when)
@@ -93,7 +97,7 @@ class RankRules:
                         f"new_error:{template}",
                         "new_error",
                         "warning",
-                        f"{self.who}: first {level} of its kind: {message[:200]}",
+                        f"{self.who}: first {level} of its kind: {message[:200]}{where}",
                         when,
                         repeat=False,
                     )
@@ -124,7 +128,8 @@ class RankRules:
                 "error_burst",
                 "error_burst",
                 "error",
-                f"{self.who}: {len(self._errors)} ERROR records in {s.error_window_s:g} s",
+                f"{self.who}: {len(self._errors)} ERROR records in {s.error_window_s:g} s, the "
+                f"last: {self._last_error}",
                 now,
             )
         return found

@@ -108,7 +108,8 @@ def _on_records(batch: list[log_summary.Drained]) -> None:
         return
     rules = _state()
     rules.who = _who()
-    _emit(rules.records([(d.level, d.message, d.time, d.template) for d in batch], time.time()), [])
+    records = [(d.level, d.message, d.time, d.template, d.where) for d in batch]
+    _emit(rules.records(records, time.time()), [])
 
 
 @register_handler("alerts_ack")

@@ -70,7 +70,9 @@ class RankFileHandler(logging.Handler):
             message = record.getMessage()
             line = self._line(record, message)
             self._write(line.encode("utf-8", "replace"))
-            worker_summary.note(record.levelname, message, record.created)
+            worker_summary.note(
+                record.levelname, message, record.created, record.pathname, record.lineno
+            )
         except Exception:
             self.failures += 1
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import pickle
 import threading
 import time
@@ -62,10 +63,14 @@ class Drained:
     message: str
     time: float
     template: str
+    where: str = ""
+    """The logging call's `file.py:line`."""
 
 
 _settings = LogSettings()
-_pending: collections.deque[tuple[str, str, float]] = collections.deque(maxlen=PENDING_MAX)
+_pending: collections.deque[tuple[str, str, float, str, int]] = collections.deque(
+    maxlen=PENDING_MAX
+)
 _lock = threading.Lock()
 _stats: dict[tuple[str, str], _Stat] = {}
 _unsummarized = 0
@@ -112,12 +117,13 @@ def set_settings(**changes: float) -> LogSettings:
     return _settings
 
 
-def note(level: str, message: str, when: float) -> None:
-    """Queue one record for the summary (the handler's call: an append, nothing more)."""
+def note(level: str, message: str, when: float, path: str = "", line: int = 0) -> None:
+    """Queue one record for the summary (the handler's call: an append, nothing more; the
+    caller's file and line are formatted at the drain)."""
     global _unsummarized
     if len(_pending) == PENDING_MAX:
         _unsummarized += 1
-    _pending.append((level, message, when))
+    _pending.append((level, message, when, path, line))
 
 
 def on_records(fn: Callable[[list[Drained]], None]) -> Callable[[list[Drained]], None]:
@@ -132,18 +138,19 @@ def drain() -> None:
     batch: list[Drained] = []
     with _lock:
         while _pending:
-            lvl, message, when = _pending.popleft()
+            lvl, message, when, path, line = _pending.popleft()
+            where = f"{os.path.basename(path)}:{line}" if path else ""
             template, numbers = template_of(message)
             key = (lvl, template)
             stat = _stats.get(key)
             if stat is None:
                 if len(_stats) >= TEMPLATES_MAX:
                     _unsummarized += 1
-                    batch.append(Drained(lvl, message, when, template))
+                    batch.append(Drained(lvl, message, when, template, where))
                     continue
                 stat = _stats[key] = _Stat(when)
             stat.add(numbers, when)
-            batch.append(Drained(lvl, message, when, template))
+            batch.append(Drained(lvl, message, when, template, where))
     if batch:
         for fn in list(_listeners):
             with contextlib.suppress(Exception):  # a broken rule must not stop the summary
