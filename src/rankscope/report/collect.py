@@ -8,7 +8,9 @@ reads them on its node (the CLI may run on another machine), with a live snapsho
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rankscope.errors import UserError
@@ -30,6 +32,8 @@ EVERY_KIND = [""]
 MOTION_GAP_S = 2.0
 """Two reads of the ranks' `motion` at least this far apart (two heartbeats): a rank its group
 waits for that moved in between is slow, not stuck."""
+PENDING_WAIT_S = 15.0
+"""How long the page waits for Ray's state API (read beside the ranks) before going on."""
 MEMORY_POINTS = 60
 """Heartbeat snapshots of memory per rank the live report reads: a trend, not a history."""
 LIVE_MEMORY_RANKS = 64
@@ -130,12 +134,11 @@ def _from_hub(
     odd_places: tuple[dict[str, Any], ...] = ()
     if live and alive:
         looked_at = time.monotonic()
+        unplaced = _Background(_pending, address, job_id)  # Ray's state API, meanwhile
         hang_found = hang_reports(address, this_job, min_wait_s=HANG_MIN_WAIT_S, client=client)
         hang = tuple(plain(r) for r in hang_found)
         stacks = tuple(plain(r) for r in stack_reports(address, this_job, client=client))
-        if _any_finding(hang) or _any_finding(stacks):  # slow, or stuck? look at them move
-            time.sleep(max(0.0, MOTION_GAP_S - (time.monotonic() - looked_at)))
-            moving = moved(status.processes, client.probes(job_id, ["motion", "collectives"]))
+        look_again = _any_finding(hang) or _any_finding(stacks)  # slow, or stuck?
         top = tuple(plain(t) for t in job_tops(address, this_job, client=client))
         try:
             series, health = _monitor(address, this_job, client)
@@ -157,9 +160,12 @@ def _from_hub(
         except Exception as exc:  # the page goes on without it
             notes.append(f"the ranks' environments could not be compared ({exc})")
         try:
-            pending = _pending(address, job_id)
+            pending = unplaced.result(PENDING_WAIT_S)
         except Exception as exc:  # the page goes on without it
             notes.append(f"the work Ray has not placed could not be read ({exc})")
+        if look_again:  # the second look, after the rest was read: see them move
+            time.sleep(max(0.0, MOTION_GAP_S - (time.monotonic() - looked_at)))
+            moving = moved(status.processes, client.probes(job_id, ["motion", "collectives"]))
     found = _job_files(job_dir, files, series=not series, here=files_here)
     notes.extend(found.notes)
     if not series and found.series:  # the job is gone: its whole run from the step files
@@ -187,6 +193,30 @@ def _from_hub(
         pending=pending,
         notes=tuple(notes),
     )
+
+
+class _Background:
+    """`fn(*args)` on a daemon thread (one the CLI never waits for at exit)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # handed to the caller
+            self._error = exc
+
+    def result(self, timeout: float) -> Any:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"no answer in {timeout:g} s")
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _any_finding(reports: tuple[dict[str, Any], ...]) -> bool:
