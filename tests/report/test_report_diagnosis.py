@@ -307,6 +307,19 @@ def test_a_rank_that_moves_while_its_group_waits_is_slow_not_stuck():
     assert stacks.ok and stacks.level is Severity.WARN and "rank 0 is elsewhere" in stacks.notes[0]
 
 
+def test_a_checkpoint_the_hang_analysis_also_sees_is_slow_whatever_it_calls_the_group():
+    """Past 5 s the live hang report sees the barrier too, and names torch's group ("0"), not
+    the ranks' rendezvous: rank 0 that moved is still slow, not a hang."""
+    saving = _saving_job(18.0, {"p0": "it reads or writes storage"})
+    hang = {"findings": [{"kind": "hang", "group": "0", "ranks": [0], "message": "group 0 (4 "
+            "ranks): ranks 1-3 wait in barrier #9 for 18.0 s; rank 0 never entered #9"}],
+            "groups": [{"group": "0", "ranks": [0, 1, 2, 3], "waiting": [1, 2, 3]}]}  # fmt: skip
+    d = build_report(replace(saving, hang=(hang,)), NOW).diagnosis
+    assert d is not None and (d.kind, d.level, d.ranks) == (DiagnosisKind.SLOW, Severity.WARN, (0,))
+    stuck = build_report(replace(saving, hang=(hang,), moving={}), NOW).diagnosis
+    assert stuck is not None and stuck.kind is DiagnosisKind.HANG
+
+
 def test_a_rank_that_does_not_move_or_waited_too_long_is_stuck():
     for data in (_saving_job(18.0, {}), _saving_job(400.0, {"p0": "its call stack changed"})):
         report = build_report(data, NOW)

@@ -17,7 +17,13 @@ from typing import Any
 from rankscope.hang.motion import SLOW_LIMIT_S
 from rankscope.report.layout import process_label
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section, Severity
-from rankscope.report.section_diagnosis import from_hang, from_section, rank_places, ranks_text
+from rankscope.report.section_diagnosis import (
+    from_hang,
+    from_section,
+    hang_group,
+    rank_places,
+    ranks_text,
+)
 
 __all__ = [
     "VERDICT_ORDER",
@@ -120,7 +126,7 @@ def slow_culprits(data: RunData) -> dict[tuple[str | None, int], str]:
     culprits: set[tuple[str | None, int]] = set()
     for report in data.hang:
         for f in report.get("findings", ()):
-            group = f.get("group") or report.get("group")
+            group = hang_group(report, f, data)
             culprits.update((group, int(r)) for r in f.get("ranks") or ())
     for report in data.stacks:
         for f in report.get("findings", ()):
@@ -286,7 +292,7 @@ def _silent_culprit(data: RunData) -> Mapping[str, Any] | None:
     """A silent rank the hang analysis names (its peers' collectives failed with it, or wait
     for it): gone before the hub could prove it."""
     named = {
-        (report.get("group"), r)
+        (hang_group(report, f, data), r)
         for report in data.hang
         for f in report.get("findings", ())
         for r in f.get("ranks") or ()
@@ -405,9 +411,9 @@ def _hang_with_live_culprits(data: RunData) -> Mapping[str, Any] | None:
             if f.get("kind") not in ("hang", "mismatch", "cross_group_deadlock"):
                 continue
             ranks = f.get("ranks") or ()
-            group = report.get("group")
+            group = hang_group(report, f, data)
             if ranks and all((group, r) not in dead for r in ranks):
-                return {**f, "group": f.get("group") or group}
+                return {**f, "group": group}
     return None
 
 

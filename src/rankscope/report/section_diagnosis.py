@@ -69,6 +69,20 @@ def rank_places(stacks: Iterable[Mapping[str, Any]]) -> dict[tuple[str | None, i
     return places
 
 
+def hang_group(report: Mapping[str, Any], finding: Mapping[str, Any], data: RunData) -> Any:
+    """The ranks' group a hang finding is about, as their processes name it (a rendezvous, a
+    worker group): the report's, when the job has several; else the one group the job's ranks
+    form. The finding itself names torch's process group ("0"), which nothing else keys by."""
+    if report.get("group"):
+        return report.get("group")
+    groups = {
+        p["info"]["context"].get("group")
+        for p in data.processes
+        if p["info"]["context"].get("rank") is not None
+    }
+    return next(iter(groups)) if len(groups) == 1 else finding.get("group")
+
+
 def from_section(
     section: Section, data: RunData, places: Mapping[tuple[str | None, int], str]
 ) -> Diagnosis:
@@ -109,9 +123,7 @@ def _hang_section(
         for f in report.get("findings", ()):
             kind = _KINDS.get(str(f.get("kind")))
             if kind is not None:
-                return from_hang(
-                    {**f, "group": f.get("group") or report.get("group")}, data, places
-                )
+                return from_hang({**f, "group": hang_group(report, f, data)}, data, places)
     return None
 
 
