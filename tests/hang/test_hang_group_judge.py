@@ -94,3 +94,7 @@ def test_a_rank_that_moves_between_looks_is_slow_and_not_raised_until_the_limit(
     assert stuck_only([hang], same, {3: Mark(5, ("0", 8), "aa:0")}, 12.0) == []  # it reduced
     assert stuck_only([hang], {}, same, 12.0) == []  # no earlier look: the next turn decides
     assert stuck_only([hang], same, {3: Mark(5, ("0", 7), "bb:0")}, 400.0) == [hang]  # too long
+    one_beat = {3: Mark(5, ("0", 7), "aa:0", seen=NOW - 3)}  # no heartbeat between the looks
+    assert stuck_only([hang], one_beat, one_beat, 12.0) == []  # a loaded node: the next turn
+    later = {3: Mark(5, ("0", 7), "aa:0", seen=NOW - 1)}
+    assert stuck_only([hang], one_beat, later, 12.0) == [hang]  # heard again, did not move

@@ -34,13 +34,15 @@ class Mark:
     step: int
     newest_call: tuple[str, int] | None
     motion: str
+    seen: float = 0.0
+    """When the hub last heard the rank (0: unknown): two looks at one heartbeat tell nothing."""
 
 
 def mark_of(p: ProbeStatus) -> Mark:
     snapshot: Any = p.summaries.get("collectives")
     records = getattr(snapshot, "records", None) or ()
     newest = (records[-1].group, records[-1].seq) if records else None
-    return Mark(p.progress.step, newest, str(p.summaries.get("motion") or ""))
+    return Mark(p.progress.step, newest, str(p.summaries.get("motion") or ""), p.last_seen)
 
 
 def what_moved(before: Mark, after: Mark) -> str:

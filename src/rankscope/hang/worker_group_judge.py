@@ -203,12 +203,15 @@ def stuck_only(
 ) -> list[Alert]:
     """The alerts less the hangs whose rank moved between the two looks (`hang.motion`): slow,
     not stuck, until the group waited SLOW_LIMIT_S. A hang with no earlier look to compare
-    with, or no motion known, waits for the next turn."""
+    with, no motion known, or no heartbeat of its rank between the looks (a loaded node)
+    waits for the next turn."""
     out = []
     for a in alerts:
         if a.rule == "hang" and a.rank is not None and waited_s < SLOW_LIMIT_S:
             then, now = before.get(a.rank), after.get(a.rank)
             if then is None or now is None or not now.motion or what_moved(then, now):
+                continue
+            if then.seen and then.seen == now.seen:  # no heartbeat between the looks (load)
                 continue
         out.append(a)
     return out
