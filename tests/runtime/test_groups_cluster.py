@@ -67,7 +67,8 @@ def test_two_groups_with_the_same_ranks_are_told_apart_and_selected(cluster, tmp
         stacks = CliRunner().invoke(cli.app, ["stacks", "--group", healthy_group, "--json"])
         [report] = json.loads(stacks.output)["data"]
         assert report["process_count"] == 2
-        wrong = CliRunner().invoke(cli.app, ["hang", "--group", "no-such-group"])
+        job = ray.get_runtime_context().get_job_id()  # other tests' jobs may still be live
+        wrong = CliRunner().invoke(cli.app, ["hang", "--job", job, "--group", "no-such-group"])
         assert wrong.exit_code == 2
         assert "--group no-such-group: matches no group of this job" in wrong.output
         assert stuck_group in wrong.output
