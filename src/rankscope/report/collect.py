@@ -34,6 +34,9 @@ MOTION_GAP_S = 2.0
 waits for that moved in between is slow, not stuck."""
 PENDING_WAIT_S = 15.0
 """How long the page waits for Ray's state API (read beside the ranks) before going on."""
+ASKS_WAIT_S = 60.0
+"""How long the page waits for one question to the ranks, asked beside the others: each has its
+own shorter deadline (`runtime.deadlines`) and the hub call's; this only bounds a stuck thread."""
 MEMORY_POINTS = 60
 """Heartbeat snapshots of memory per rank the live report reads: a trend, not a history."""
 LIVE_MEMORY_RANKS = 64
@@ -134,14 +137,23 @@ def _from_hub(
     odd_places: tuple[dict[str, Any], ...] = ()
     if live and alive:
         looked_at = time.monotonic()
-        unplaced = _Background(_pending, address, job_id)  # Ray's state API, meanwhile
-        hang_found = hang_reports(address, this_job, min_wait_s=HANG_MIN_WAIT_S, client=client)
-        hang = tuple(plain(r) for r in hang_found)
-        stacks = tuple(plain(r) for r in stack_reports(address, this_job, client=client))
+        # every question at once, each on its own thread: the ranks answer them in one or two
+        # polls, and the page takes about as long as its slowest question, not their sum
+        unplaced = _Background(_pending, address, job_id)  # Ray's state API
+        asked_hang = _Background(
+            lambda: hang_reports(address, this_job, min_wait_s=HANG_MIN_WAIT_S, client=client)
+        )
+        asked_stacks = _Background(lambda: stack_reports(address, this_job, client=client))
+        asked_top = _Background(lambda: job_tops(address, this_job, client=client))
+        asked_series = _Background(_monitor, address, this_job, client)
+        asked_memory = _Background(_live_memory, client, job_id)
+        asked_env = _Background(lambda: job_environments(address, this_job, client=client))
+        hang = tuple(plain(r) for r in asked_hang.result(ASKS_WAIT_S))
+        stacks = tuple(plain(r) for r in asked_stacks.result(ASKS_WAIT_S))
         look_again = _any_finding(hang) or _any_finding(stacks)  # slow, or stuck?
-        top = tuple(plain(t) for t in job_tops(address, this_job, client=client))
+        top = tuple(plain(t) for t in asked_top.result(ASKS_WAIT_S))
         try:
-            series, health = _monitor(address, this_job, client)
+            series, health = asked_series.result(ASKS_WAIT_S)
         except Exception as exc:  # the page goes on without the series
             notes.append(f"the ranks' step series could not be read ({exc})")
         try:
@@ -151,12 +163,11 @@ def _from_hub(
         except Exception as exc:  # the page goes on without it
             notes.append(f"the straggler's time could not be sampled ({exc})")
         try:
-            artifacts = {**artifacts, **_live_memory(client, job_id)}
+            artifacts = {**artifacts, **asked_memory.result(ASKS_WAIT_S)}
         except Exception as exc:  # the page goes on without it
             notes.append(f"the ranks' memory trend could not be read ({exc})")
         try:
-            found_env = job_environments(address, this_job, client=client)
-            environment = tuple(plain(e) for e in found_env)
+            environment = tuple(plain(e) for e in asked_env.result(ASKS_WAIT_S))
         except Exception as exc:  # the page goes on without it
             notes.append(f"the ranks' environments could not be compared ({exc})")
         try:
@@ -166,6 +177,10 @@ def _from_hub(
         if look_again:  # the second look, after the rest was read: see them move
             time.sleep(max(0.0, MOTION_GAP_S - (time.monotonic() - looked_at)))
             moving = moved(status.processes, client.probes(job_id, ["motion", "collectives"]))
+        # who is alive, once more: a death the hub proved while the ranks were asked is in
+        # this page, not the next one (the peers' failures arrive before the proof)
+        [status] = job_statuses(address, this_job, client=client)
+        processes = tuple(plain(p) for p in status.processes)
     found = _job_files(job_dir, files, series=not series, here=files_here)
     notes.extend(found.notes)
     if not series and found.series:  # the job is gone: its whole run from the step files

@@ -147,11 +147,17 @@ def pending_report(address: str | None, *, state_api: bool = True) -> PendingRep
 
 
 def _ask_state_api(timeout: int) -> dict[str, list[Any]]:
-    """Every list the report needs from the state API, asked at once: by name."""
+    """Every list the report needs from the state API, asked at once: by name. Of the cluster
+    this process is connected to: left to itself, the state API looks for "the" cluster
+    (RAY_ADDRESS, or the newest one started on this machine), which may be another one."""
+    import ray
     from ray.util import state
+
+    address = ray.get_runtime_context().gcs_address
 
     def tasks(st: str) -> Callable[[], list[Any]]:
         return lambda: state.list_tasks(
+            address=address,
             filters=[("state", "=", st)],
             limit=LIMIT,
             detail=True,
@@ -162,10 +168,18 @@ def _ask_state_api(timeout: int) -> dict[str, list[Any]]:
     calls: dict[str, Callable[[], list[Any]]] = {
         **{s: tasks(s) for s in (*PENDING_TASK_STATES, "RUNNING")},
         "actors": lambda: state.list_actors(
-            limit=LIMIT, detail=True, timeout=timeout, raise_on_missing_output=False
+            address=address,
+            limit=LIMIT,
+            detail=True,
+            timeout=timeout,
+            raise_on_missing_output=False,
         ),
         "groups": lambda: state.list_placement_groups(
-            limit=LIMIT, detail=True, timeout=timeout, raise_on_missing_output=False
+            address=address,
+            limit=LIMIT,
+            detail=True,
+            timeout=timeout,
+            raise_on_missing_output=False,
         ),
     }
     with ThreadPoolExecutor(len(calls)) as pool:

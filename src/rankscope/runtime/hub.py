@@ -337,8 +337,10 @@ class Hub:
                 self._died(record)
 
     def _died(self, record: ProbeRecord) -> None:
-        """The features' word on a death (`hub_hooks`: the death alert), into the run
-        directory; once per probe, when it is marked dead."""
+        """Once per probe, when it is marked dead: the questions it was asked end unanswered,
+        and the features' word on a death (`hub_hooks`: the death alert) goes into the run
+        directory."""
+        self._replies.give_up_on(record.info.probe_id)
         job_id = record.info.context.job_id
         job = [r.status([]) for r in self._registry.records(job_id)]
         for kind, payload in on_death(record.status([]), job):

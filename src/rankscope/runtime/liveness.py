@@ -58,11 +58,14 @@ def dead_nodes_of(table: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def _process_exists(pid: int, create_time: float) -> bool:
-    """On the probe's node: is that very process (not a reused pid) still there?"""
+    """On the probe's node: is that very process (not a reused pid) still there, and not a
+    zombie (killed, not yet reaped by its raylet)?"""
     import psutil
 
     try:
-        return abs(psutil.Process(pid).create_time() - create_time) < 1.0
+        process = psutil.Process(pid)
+        same = abs(process.create_time() - create_time) < 1.0
+        return same and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 

@@ -77,6 +77,13 @@ class PendingReplies:
         if future is not None and not future.done():
             future.set_result(result)
 
+    def give_up_on(self, probe_id: str) -> None:
+        """A probe proven dead answers nothing: its questions end now, unanswered, and a
+        fan-out waits only for the others (not out its deadline)."""
+        for (_, asked), future in self._futures.items():
+            if asked == probe_id and not future.done():
+                future.cancel()
+
     async def ask(
         self,
         targets: Sequence[tuple[str, Mailbox]],
@@ -101,4 +108,8 @@ class PendingReplies:
         finally:
             for probe_id in futures:
                 self._futures.pop((command.id, probe_id), None)
-        return {probe_id: f.result() for probe_id, f in futures.items() if f.done()}
+        return {
+            probe_id: f.result()
+            for probe_id, f in futures.items()
+            if f.done() and not f.cancelled()
+        }

@@ -31,12 +31,17 @@ from rankscope.runtime.protocol import (
     Summaries,
 )
 
-__all__ = ["MAX_DEAD_RECORDS", "MAX_GROUPS", "ProbeRecord", "Registry"]
+__all__ = ["EARLY_LOOK", "MAX_DEAD_RECORDS", "MAX_GROUPS", "ProbeRecord", "Registry"]
 
 MAX_DEAD_RECORDS = 10_000
 """Dead probes kept so a finished job can still be inspected; the oldest go first."""
 MAX_GROUPS = 1024
 """Process groups kept per job and worker group; past it, new names are ignored."""
+EARLY_LOOK = 0.5
+"""A probe silent for this share of `dead_after` is looked for once: a process proven gone is
+dead at once (a killed rank's peers fail within a second, and the verdict and the death alert
+should not wait out the rest of `dead_after`); one still there waits for `dead_after`, as a
+late heartbeat on a loaded node is no death."""
 
 
 @dataclass
@@ -53,6 +58,8 @@ class ProbeRecord:
     summaries: Summaries = field(default_factory=Summaries)
     checking: bool = False
     """A liveness check of this probe's process is under way; no second one is started."""
+    looked_early_at: float = -1.0
+    """The `last_seen` of the silence an early check last looked at: one early look a silence."""
     reason: str = ""
     """Set once its node is declared dead ("node gone: ..."): dead for good, heartbeats or not."""
     interval: float = 0.0
@@ -71,10 +78,15 @@ class ProbeRecord:
         self.summaries = summaries if isinstance(summaries, Summaries) else Summaries(summaries)
 
     def settle(self, process_exists: bool, now: float, dead_after: float) -> None:
-        """After a liveness check: still silent means dead when the process is gone, else
-        unresponsive; a heartbeat that came meanwhile wins."""
-        if now - self.last_seen > dead_after and not self.reason:
-            self.state = ProbeState.UNRESPONSIVE if process_exists else ProbeState.DEAD
+        """After a liveness check: still silent means dead when the process is gone (from an
+        early look on), else unresponsive past `dead_after`; a heartbeat meanwhile wins."""
+        silent = now - self.last_seen
+        if self.reason or silent <= dead_after * EARLY_LOOK:
+            return
+        if not process_exists:
+            self.state = ProbeState.DEAD
+        elif silent > dead_after:
+            self.state = ProbeState.UNRESPONSIVE
 
     def status(self, summaries: Collection[str] | None = None) -> ProbeStatus:
         """Its row; with only the `summaries` named (all when None). A dead probe keeps all:
@@ -156,17 +168,22 @@ class Registry:
         return tuple(self._jobs)
 
     def to_check(self, now: float, dead_after: float, interval: float = 0.0) -> list[ProbeRecord]:
-        """Probes silent for over `dead_after`, not dead and not being checked yet; for a probe
-        asked to heartbeat slower than the configured `interval`, `dead_after` in proportion.
+        """Probes silent for over `dead_after`, or looked for once early (`EARLY_LOOK`), not
+        dead and not being checked yet; for a probe asked to heartbeat slower than the
+        configured `interval`, `dead_after` in proportion.
 
         Each one returned is marked as being checked; the caller clears `checking` when done.
         """
         found = []
         for record in self.records(None):
+            if record.state == ProbeState.DEAD or record.checking:
+                continue
             limit = dead_after_for(record.interval, interval, dead_after)
-            silent = now - record.last_seen > limit
-            if silent and record.state != ProbeState.DEAD and not record.checking:
+            silent = now - record.last_seen
+            early = silent > limit * EARLY_LOOK and record.looked_early_at != record.last_seen
+            if silent > limit or early:
                 record.checking = True
+                record.looked_early_at = record.last_seen
                 found.append(record)
         return found
 
