@@ -152,3 +152,23 @@ def test_a_steps_monitor_needs_steps_before_it_names_a_straggler() -> None:
     series = [RankSeries(r, "g", "n", "W", tuple(samples[r]), collectives=tuple(records[r]))
               for r in range(4)]  # fmt: skip
     assert analysis.stragglers(series) == [] and analysis.analyze(series, T) == []
+
+
+def test_a_rank_that_slows_after_minutes_of_steady_steps_is_named_within_seconds() -> None:
+    # ranks that mark no steps, 0.1 s steps: 600 steady ones (a minute), then rank 1 computes
+    # twice as long; the comparison reads the last 10 s of collectives, not the whole minute
+    rng = random.Random(7)
+    jitter = [[rng.uniform(0.0, 0.05) for _ in range(4)] for _ in range(700)]  # a busy host
+
+    def after(slow_steps: int) -> list[int]:
+        records, _ = _job(
+            4,
+            600 + slow_steps,
+            lambda k, r: jitter[k][r] + (0.1 if r == 1 and k >= 600 else 0.0),
+            compute_s=0.1,
+        )
+        return [s.rank for s in window_scores(records, T.straggler) if s.is_straggler]
+
+    assert after(0) == []
+    assert after(10) == []  # two seconds of it: a sample
+    assert after(30) == [1]  # 6 s of it: within the 10 s window, not minutes later

@@ -104,6 +104,28 @@ def test_loss_and_throughput_charts_draw_the_diverging_rank_in_red_and_name_it()
     assert "<script" not in page and "https://" not in page
 
 
+def test_ranks_that_mark_no_steps_still_show_their_straggler_on_the_page():
+    """verl's workers and a Ray Train loop left unchanged call no `rankscope.step()`: no chart,
+    but their recorded collectives name the rank the others wait for."""
+    from rankscope.hang.model import CallState, CollectiveRecord
+
+    def calls(rank: int) -> tuple[CollectiveRecord, ...]:
+        out, t = [], T0
+        for seq in range(40):
+            arrive = t + 0.1 + (0.1 if rank == 2 else 0.0)
+            done = t + 0.201
+            out.append(CollectiveRecord("0", seq, "all_reduce", ((4,),), ("float32",), arrive,
+                                        done, CallState.COMPLETED, "train.py:9"))  # fmt: skip
+            t = done
+        return tuple(out)
+
+    ranks = [RankSeries(r, "g", "10.0.0.1", "Worker", (), collectives=calls(r)) for r in range(4)]
+    series, health = monitor_data(ranks)
+    assert series == ()  # nothing to chart
+    [found] = [f for h in health for f in h["findings"] if f["kind"] == "straggler"]
+    assert found["ranks"] == [2]
+
+
 def test_many_ranks_are_min_median_max_and_the_diverging_one_apart():
     falling = [1.0 - 0.01 * s for s in range(60)]
     diverging = [*falling[:30], *(0.7 + 0.05 * s for s in range(30))]

@@ -32,6 +32,7 @@ __all__ = [
     "latency_findings",
     "latency_limit",
     "median_step",
+    "recent_calls",
     "step_waits",
     "stragglers",
     "window_scores",
@@ -83,12 +84,22 @@ class Aligned:
         return max(0.0, max(self.ends.values()) - max(self.starts.values()))
 
 
+WINDOW_S = 10.0
+"""Ranks that mark no steps are compared over their collectives of this last span of time..."""
+WINDOW_MIN_CALLS = 32
+"""...and at least over their last this many: a straggler is slow over half of them (seconds,
+a dozen collectives or more), a pattern and not a sample. Over the whole recorded history
+(up to a thousand collectives), a rank slowing after minutes of steady steps was named only
+after minutes."""
+
+
 def window_scores(
     records: Mapping[int, Sequence[CollectiveRecord]], threshold: float
 ) -> list[StragglerScore]:
-    """Straggler scores of ranks that never mark steps, from their collectives: over the
-    calls every rank completed (`straggler.window_as_one_step`) and who arrived last."""
-    alignment = align(records)
+    """Straggler scores of ranks that never mark steps, from their recent collectives
+    (`recent_calls`): over the calls every rank completed (`straggler.window_as_one_step`)
+    and who arrived last."""
+    alignment = align(recent_calls(records))
     ranks = {r for a in alignment.collectives for r in a.starts}
     common = [a for a in alignment.collectives if len(a.starts) == len(ranks)]
     calls = {
@@ -104,6 +115,22 @@ def window_scores(
         threshold=threshold,
         unit="over the window",
     )
+
+
+def recent_calls(
+    records: Mapping[int, Sequence[CollectiveRecord]],
+) -> dict[int, list[CollectiveRecord]]:
+    """Each rank's collectives that started in the last `WINDOW_S` before the newest one of
+    any rank, and at least its last `WINDOW_MIN_CALLS`."""
+    newest = max((r.start for recs in records.values() for r in recs), default=0.0)
+    return {
+        rank: [
+            r
+            for i, r in enumerate(recs)
+            if r.start >= newest - WINDOW_S or i >= len(recs) - WINDOW_MIN_CALLS
+        ]
+        for rank, recs in records.items()
+    }
 
 
 MIN_SKEW_S = 0.005

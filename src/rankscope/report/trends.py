@@ -50,8 +50,11 @@ def monitor_data(
     data = tuple(
         {"rank": s.rank, "group": s.group, "samples": r} for s, r in zip(kept, rows, strict=True)
     )
+    # ranks that mark no steps (verl's workers, a Ray Train loop left unchanged) chart nothing,
+    # but their collectives still show a straggler
+    unstepped = [s for s in ranks if not (s.samples or s.first_nonfinite) and s.collectives]
     whole = odd_ones([_table(r) for r in rows]) if len(kept) > 2 * SCREENED else None
-    return data, findings_over(kept, whole)
+    return data, findings_over([*kept, *unstepped], whole)  # `whole` indexes `kept`
 
 
 def findings_over(
