@@ -201,6 +201,28 @@ def test_a_hang_whose_culprit_lives_goes_before_the_deaths_that_followed():
     assert d is not None and (d.kind, d.ranks, d.where) == (DiagnosisKind.HANG, (3,), "data.py:41")
 
 
+def test_a_desync_the_judge_raised_before_a_death_is_the_cause_of_that_death():
+    """gloo aborts a process whose peer sent another size: rank 1 dies after the group judge
+    raised the desync; the live hang analysis reads the living only and no longer sees it."""
+    desync = {"rule": "desync", "severity": "critical", "rank": 2, "group": GROUP,
+              "message": "group 0: rank 2 called all_reduce #41 with float32[579] at "
+              "train.py:258; ranks 0,1,3 with float32[578]"}  # fmt: skip
+    data = RunData(
+        "job",
+        "hub",
+        events=({"kind": "alert", "time": NOW - 8, "payload": desync, "probe_id": "p0"},),
+        processes=(_process(0), _process(1, "dead", seen=7), _process(2), _process(3)),
+        deaths={"p1": "Ray: worker died (SYSTEM_ERROR): killed by signal 6"},
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None
+    assert (d.kind, d.ranks, d.where) == (DiagnosisKind.MISMATCH, (2,), "train.py:258")
+    # raised after the death, it would have followed it
+    later = replace(data, events=({**data.events[0], "time": NOW - 1},))
+    d = build_report(later, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.DEATH, (1,))
+
+
 def test_a_rank_idle_in_rays_loop_ended_its_work_early():
     data = RunData(
         "job",

@@ -80,8 +80,8 @@ PEER_GONE = re.compile(
 )
 """A collective's error when a peer left or never came: the peer is the story."""
 EARLIER_SLACK_S = 1.0
-"""A death counts as before an exception only when it is this much earlier: the exception
-reaches the hub at once, while a death is dated by Ray or by the last heartbeat."""
+"""A death counts as before an exception (or the group judge's alert) only when it is this much
+earlier: those reach the hub at once, while a death is dated by Ray or by the last heartbeat."""
 _OOM = re.compile(r"out of memory|\boom\b|memory monitor|memory usage", re.IGNORECASE)
 SILENT_S = 5.0
 """A process the hub still holds alive but last heard this much before the job's most recently
@@ -218,7 +218,7 @@ def _root_failure(data: RunData, places: Mapping[tuple[str | None, int], str]) -
     if death is None:
         silent = _silent_culprit(data)
         return _death(silent, data) if silent is not None else None
-    hang = _hang_with_live_culprits(data)
+    hang = _hang_with_live_culprits(data) or _judged_before(data, death[1] + EARLIER_SLACK_S)
     if hang is not None:
         return from_hang(hang, data, places)
     return _death(death[0], data)
@@ -398,6 +398,37 @@ def _aftermath(
         and p["info"]["context"]["rank"] not in skip
     )
     return f"then {ranks_text(dead)} died" if dead else ""
+
+
+JUDGED = {"desync": "mismatch", "hang": "hang"}
+"""The group judge's alerts that are a hang finding raised live (`hang.worker_group_judge`)."""
+
+
+def _judged_before(data: RunData, died: float) -> Mapping[str, Any] | None:
+    """The group judge's hang or desync alert raised before the first death, about a rank not
+    dead: the death followed it (gloo aborts a process whose peer sent another size), and the
+    live hang analysis, which reads the living only, may no longer see it. As a hang finding."""
+    dead = {
+        (p["info"]["context"].get("group"), p["info"]["context"].get("rank"))
+        for p in data.processes
+        if p.get("state") == "dead"
+    }
+    for e in sorted(data.events, key=lambda e: float(e.get("time") or 0.0)):
+        p = e.get("payload") or {}
+        if float(e.get("time") or 0.0) > died:
+            return None
+        rank, rule = p.get("rank"), str(p.get("rule"))
+        if e.get("kind") != "alert" or rule not in JUDGED or rank is None:
+            continue
+        if (p.get("group"), rank) not in dead:
+            kind = JUDGED[rule]
+            return {
+                "kind": kind,
+                "ranks": [rank],
+                "message": p.get("message"),
+                "group": p.get("group"),
+            }
+    return None
 
 
 def _hang_with_live_culprits(data: RunData) -> Mapping[str, Any] | None:
