@@ -505,6 +505,10 @@ def test_a_sharp_monitor_finding_is_named_before_a_trend_and_a_straggler_says_wh
     )
     monitor = next(s for s in report.sections if s.key == "monitor")
     assert monitor.findings[0].startswith("loss_spike: rank 2 loss")  # the page agrees
+    # the next all_reduce spreads it: rank 1 spikes 3 steps later and is listed first
+    spread = {**spike, "ranks": [1], "step": 43, "evidence": "rank 1 loss 12x its median"}
+    report = build_report(RunData("job", "hub", health=({"findings": [spread, spike]},)), NOW)
+    assert report.diagnosis is not None and report.diagnosis.ranks == (2,)
     straggler = {"kind": "straggler", "ranks": [2], "step": None, "value": 2.0,
                  "evidence": "rank 2 computes 2.0x the median", "advice": "look"}  # fmt: skip
     place = {"group": None, "rank": 2, "place": "compute train.py:221", "share": 0.48,

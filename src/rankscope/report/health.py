@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -162,9 +163,16 @@ level is one, and the all_reduce carries it to the others as spikes of their own
 
 
 def in_monitor_order(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    def place(f: Mapping[str, Any]) -> int:
+    """By kind (`MONITOR_ORDER`), and within a kind the earliest step first: a spike on one
+    rank reaches the others through the next all_reduce, steps later."""
+
+    def place(f: Mapping[str, Any]) -> tuple[int, float]:
         kind = f.get("kind")
-        return MONITOR_ORDER.index(kind) if kind in MONITOR_ORDER else len(MONITOR_ORDER)
+        step = f.get("step")
+        return (
+            MONITOR_ORDER.index(kind) if kind in MONITOR_ORDER else len(MONITOR_ORDER),
+            float(step) if isinstance(step, int | float) else math.inf,
+        )
 
     return sorted(findings, key=place)
 
