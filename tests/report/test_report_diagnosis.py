@@ -217,9 +217,14 @@ def test_a_desync_the_judge_raised_before_a_death_is_the_cause_of_that_death():
     d = build_report(data, NOW).diagnosis
     assert d is not None
     assert (d.kind, d.ranks, d.where) == (DiagnosisKind.MISMATCH, (2,), "train.py:258")
-    # raised after the death, it would have followed it
+    # gloo aborted rank 1 before the judge looked: a desync just after the death caused it
     later = replace(data, events=({**data.events[0], "time": NOW - 1},))
     d = build_report(later, NOW).diagnosis
+    assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.MISMATCH, (2,))
+    # a hang raised after the death followed it (the dead rank never came)
+    hang = {**desync, "rule": "hang", "message": "ranks 0,2,3 wait in all_reduce #41 for 10 s"}
+    after = replace(data, events=({**data.events[0], "time": NOW - 1, "payload": hang},))
+    d = build_report(after, NOW).diagnosis
     assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.DEATH, (1,))
 
 

@@ -402,12 +402,16 @@ def _aftermath(
 
 JUDGED = {"desync": "mismatch", "hang": "hang"}
 """The group judge's alerts that are a hang finding raised live (`hang.worker_group_judge`)."""
+DESYNC_AFTER_S = 10.0
+"""A desync raised this long after the first death still caused it: gloo aborts the process
+that receives another size at once, before the judge's next look; a death never makes a live
+rank call another collective."""
 
 
 def _judged_before(data: RunData, died: float) -> Mapping[str, Any] | None:
-    """The group judge's hang or desync alert raised before the first death, about a rank not
-    dead: the death followed it (gloo aborts a process whose peer sent another size), and the
-    live hang analysis, which reads the living only, may no longer see it. As a hang finding."""
+    """The group judge's desync alert (up to `DESYNC_AFTER_S` after the first death) or hang
+    alert (before it) about a rank not dead: the death followed it, and the live hang
+    analysis, which reads the living only, may no longer see it. As a hang finding."""
     dead = {
         (p["info"]["context"].get("group"), p["info"]["context"].get("rank"))
         for p in data.processes
@@ -415,12 +419,11 @@ def _judged_before(data: RunData, died: float) -> Mapping[str, Any] | None:
     }
     for e in sorted(data.events, key=lambda e: float(e.get("time") or 0.0)):
         p = e.get("payload") or {}
-        if float(e.get("time") or 0.0) > died:
-            return None
         rank, rule = p.get("rank"), str(p.get("rule"))
         if e.get("kind") != "alert" or rule not in JUDGED or rank is None:
             continue
-        if (p.get("group"), rank) not in dead:
+        limit = died + (DESYNC_AFTER_S if rule == "desync" else 0.0)
+        if float(e.get("time") or 0.0) <= limit and (p.get("group"), rank) not in dead:
             kind = JUDGED[rule]
             return {
                 "kind": kind,
