@@ -228,6 +228,26 @@ def test_a_desync_the_judge_raised_before_a_death_is_the_cause_of_that_death():
     assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.DEATH, (1,))
 
 
+def test_a_mismatch_is_the_story_though_every_rank_died_after_it():
+    """verl: gloo aborts rank 1 at once, the driver kills the rest; the dead ranks' last
+    records still show rank 2's call of another size."""
+    mismatch = {"kind": "mismatch", "ranks": [2], "message": "rank 2 called all_reduce #41 with "
+                "float32[579] at train.py:258; ranks 0,1,3 with float32[578]"}  # fmt: skip
+    data = RunData(
+        "job",
+        "hub",
+        processes=tuple(_process(r, "dead") for r in range(4)),
+        deaths={
+            "p1": "Ray: worker died (SYSTEM_ERROR): killed by signal 6",
+            **{f"p{r}": KILLED for r in (0, 2, 3)},
+        },
+        hang=({"group": GROUP, "findings": [mismatch], "groups": []},),
+    )
+    d = build_report(data, NOW).diagnosis
+    assert d is not None
+    assert (d.kind, d.ranks, d.where) == (DiagnosisKind.MISMATCH, (2,), "train.py:258")
+
+
 def test_a_rank_idle_in_rays_loop_ended_its_work_early():
     data = RunData(
         "job",

@@ -434,7 +434,13 @@ def _judged_before(data: RunData, died: float) -> Mapping[str, Any] | None:
     return None
 
 
+CAUSES_DEATHS = ("mismatch", "cross_group_deadlock")
+"""Hang findings that are a program's error, never a death's consequence (a death makes no rank
+call another collective): the story whether their culprits died after or not."""
+
+
 def _hang_with_live_culprits(data: RunData) -> Mapping[str, Any] | None:
+    """A hang finding whose culprits live (the deaths followed it), or a mismatch."""
     dead = {
         (p["info"]["context"].get("group"), p["info"]["context"].get("rank"))
         for p in data.processes
@@ -446,7 +452,8 @@ def _hang_with_live_culprits(data: RunData) -> Mapping[str, Any] | None:
                 continue
             ranks = f.get("ranks") or ()
             group = hang_group(report, f, data)
-            if ranks and all((group, r) not in dead for r in ranks):
+            alive = all((group, r) not in dead for r in ranks)
+            if ranks and (alive or f.get("kind") in CAUSES_DEATHS):
                 return {**f, "group": group}
     return None
 
