@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from rankscope.hang.motion import SLOW_LIMIT_S
+from rankscope.report.hang_before_deaths import hang_before_deaths
 from rankscope.report.layout import process_label
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section, Severity
 from rankscope.report.section_diagnosis import (
@@ -218,7 +219,7 @@ def _root_failure(data: RunData, places: Mapping[tuple[str | None, int], str]) -
     if death is None:
         silent = _silent_culprit(data)
         return _death(silent, data) if silent is not None else None
-    hang = _hang_with_live_culprits(data) or _judged_before(data, death[1] + EARLIER_SLACK_S)
+    hang = hang_before_deaths(data, death[1] + EARLIER_SLACK_S)
     if hang is not None:
         return from_hang(hang, data, places)
     return _death(death[0], data)
@@ -398,64 +399,6 @@ def _aftermath(
         and p["info"]["context"]["rank"] not in skip
     )
     return f"then {ranks_text(dead)} died" if dead else ""
-
-
-JUDGED = {"desync": "mismatch", "hang": "hang"}
-"""The group judge's alerts that are a hang finding raised live (`hang.worker_group_judge`)."""
-DESYNC_AFTER_S = 10.0
-"""A desync raised this long after the first death still caused it: gloo aborts the process
-that receives another size at once, before the judge's next look; a death never makes a live
-rank call another collective."""
-
-
-def _judged_before(data: RunData, died: float) -> Mapping[str, Any] | None:
-    """The group judge's desync alert (up to `DESYNC_AFTER_S` after the first death) or hang
-    alert (before it) about a rank not dead: the death followed it, and the live hang
-    analysis, which reads the living only, may no longer see it. As a hang finding."""
-    dead = {
-        (p["info"]["context"].get("group"), p["info"]["context"].get("rank"))
-        for p in data.processes
-        if p.get("state") == "dead"
-    }
-    for e in sorted(data.events, key=lambda e: float(e.get("time") or 0.0)):
-        p = e.get("payload") or {}
-        rank, rule = p.get("rank"), str(p.get("rule"))
-        if e.get("kind") != "alert" or rule not in JUDGED or rank is None:
-            continue
-        limit = died + (DESYNC_AFTER_S if rule == "desync" else 0.0)
-        if float(e.get("time") or 0.0) <= limit and (p.get("group"), rank) not in dead:
-            kind = JUDGED[rule]
-            return {
-                "kind": kind,
-                "ranks": [rank],
-                "message": p.get("message"),
-                "group": p.get("group"),
-            }
-    return None
-
-
-CAUSES_DEATHS = ("mismatch", "cross_group_deadlock")
-"""Hang findings that are a program's error, never a death's consequence (a death makes no rank
-call another collective): the story whether their culprits died after or not."""
-
-
-def _hang_with_live_culprits(data: RunData) -> Mapping[str, Any] | None:
-    """A hang finding whose culprits live (the deaths followed it), or a mismatch."""
-    dead = {
-        (p["info"]["context"].get("group"), p["info"]["context"].get("rank"))
-        for p in data.processes
-        if p.get("state") == "dead"
-    }
-    for report in data.hang:
-        for f in report.get("findings", ()):
-            if f.get("kind") not in ("hang", "mismatch", "cross_group_deadlock"):
-                continue
-            ranks = f.get("ranks") or ()
-            group = hang_group(report, f, data)
-            alive = all((group, r) not in dead for r in ranks)
-            if ranks and (alive or f.get("kind") in CAUSES_DEATHS):
-                return {**f, "group": group}
-    return None
 
 
 # ----------------------------------------------------------------- from the sections
