@@ -11,12 +11,20 @@ from typing import Any
 from rankscope.report.model import RunData
 from rankscope.report.section_diagnosis import hang_group
 
-__all__ = ["hang_before_deaths", "hang_with_live_culprits", "judged_before"]
+__all__ = ["hang_before_deaths"]
+
+Ranks = set[tuple[Any, Any]]
+"""(group, rank) of processes, as their contexts name them."""
 
 
 def hang_before_deaths(data: RunData, died: float) -> Mapping[str, Any] | None:
     """The hang finding that explains the deaths (the first one at `died`), or None."""
-    return hang_with_live_culprits(data) or judged_before(data, died)
+    dead = {
+        (p["info"]["context"].get("group"), p["info"]["context"].get("rank"))
+        for p in data.processes
+        if p.get("state") == "dead"
+    }
+    return _with_live_culprits(data, dead) or _judged_before(data, died, dead)
 
 
 JUDGED = {"desync": "mismatch", "hang": "hang"}
@@ -27,15 +35,10 @@ that receives another size at once, before the judge's next look; a death never 
 rank call another collective."""
 
 
-def judged_before(data: RunData, died: float) -> Mapping[str, Any] | None:
+def _judged_before(data: RunData, died: float, dead: Ranks) -> Mapping[str, Any] | None:
     """The group judge's desync alert (up to `DESYNC_AFTER_S` after the first death) or hang
     alert (before it) about a rank not dead: the death followed it, and the live hang
     analysis, which reads the living only, may no longer see it. As a hang finding."""
-    dead = {
-        (p["info"]["context"].get("group"), p["info"]["context"].get("rank"))
-        for p in data.processes
-        if p.get("state") == "dead"
-    }
     for e in sorted(data.events, key=lambda e: float(e.get("time") or 0.0)):
         p = e.get("payload") or {}
         rank, rule = p.get("rank"), str(p.get("rule"))
@@ -58,16 +61,11 @@ CAUSES_DEATHS = ("mismatch", "cross_group_deadlock")
 call another collective): the story whether their culprits died after or not."""
 
 
-def hang_with_live_culprits(data: RunData) -> Mapping[str, Any] | None:
+def _with_live_culprits(data: RunData, dead: Ranks) -> Mapping[str, Any] | None:
     """A hang finding whose culprits live (the deaths followed it), or a mismatch."""
-    dead = {
-        (p["info"]["context"].get("group"), p["info"]["context"].get("rank"))
-        for p in data.processes
-        if p.get("state") == "dead"
-    }
     for report in data.hang:
         for f in report.get("findings", ()):
-            if f.get("kind") not in ("hang", "mismatch", "cross_group_deadlock"):
+            if f.get("kind") not in ("hang", *CAUSES_DEATHS):
                 continue
             ranks = f.get("ranks") or ()
             group = hang_group(report, f, data)
