@@ -22,8 +22,15 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
+TEST_PROCESSES ?= 2
+# The tests in three steps: those that need no Ray cluster on the machine (before any starts);
+# then the rest in TEST_PROCESSES processes, each with its own two-node cluster, a test file at a time
+# (most of their time is spent waiting on Ray, not on the CPU); then, alone on the machine,
+# the files that judge the ranks' pace (pytest.mark.alone: a neighbour's load changes it).
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m before_cluster
+	$(BIN)/pytest -q -m "not before_cluster and not alone" -n $(TEST_PROCESSES) --dist loadfile
+	$(BIN)/pytest -q -m alone
 
 # The inner loop: lint, types and the pure tests, which start no Ray (conftest.py marks the
 # rest), in two pytest processes at once, one per core: the slowest folders, and all the others.

@@ -62,6 +62,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "ray: starts Ray (set by conftest.py); the pure tier is -m 'not ray'"
     )
+    config.addinivalue_line(
+        "markers",
+        "alone: judges the ranks' pace (stragglers, drift, late arrivals); make test runs it "
+        "alone on the machine, after the tests it runs two at a time",
+    )
 
 
 def _starts_ray(item: pytest.Item, sources: dict[Path, bool]) -> bool:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import ray
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 import rankscope.cli.main as cli
 from helpers.cluster import (
@@ -45,6 +45,13 @@ def four_ranks(cluster):
     yield actors, pids, node_ids
     for a in actors:
         ray.kill(a)
+
+
+def _stacks_of_this_job(*args: str) -> Result:
+    """`rankscope stacks` in this process, on this driver's job: other jobs' ranks 0-3 (the
+    subprocess jobs of tests that ran before, in this pytest process) stay out."""
+    job = ray.get_runtime_context().get_job_id()
+    return CliRunner().invoke(cli.app, ["stacks", "--job", job, *args])
 
 
 def _wait_in_all_reduce(pids: list[int]) -> None:
@@ -94,7 +101,7 @@ def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
         a.step_once.remote(str(release) if r == 3 else None)
     _wait_in_all_reduce(pids[:3])
 
-    result = CliRunner().invoke(cli.app, ["stacks", "--json", "--ranks", "0-3"])
+    result = _stacks_of_this_job("--json", "--ranks", "0-3")
 
     assert result.exit_code == 1, result.output  # the finding below
     doc = json.loads(result.output)
@@ -129,7 +136,7 @@ def test_ranks_that_waited_long_are_a_finding_in_one_look(four_ranks, tmp_path):
 
     wait_until(waited_long, timeout=60, what="ranks 0-2 to wait in all_reduce for 5 s")
 
-    result = CliRunner().invoke(cli.app, ["stacks", "--json", "--ranks", "0-3"])
+    result = _stacks_of_this_job("--json", "--ranks", "0-3")
 
     release.write_text("go")
     ray.get(running[3], timeout=30)
@@ -153,7 +160,7 @@ def test_ranks_in_different_places_while_they_step_are_no_finding(four_ranks):
         what="the ranks to step",
     )
 
-    result = CliRunner().invoke(cli.app, ["stacks", "--json", "--ranks", "0-3"])
+    result = _stacks_of_this_job("--json", "--ranks", "0-3")
 
     for a in actors:
         ray.kill(a)  # ends the loop (the fixture kills them again, harmlessly)
