@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests keep Ray's files in a temp dir and never report usage.
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: demo test check check-pure-slow check-pure-rest lint bench bench-incidents clean
+.PHONY: demo test test-tiers check check-pure-slow check-pure-rest lint bench bench-incidents clean
 
 $(STAMP): pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,13 +23,18 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 TEST_PROCESSES ?= 2
-# The tests in three steps: those that need no Ray cluster on the machine (before any starts);
-# then the rest in TEST_PROCESSES processes, each with its own two-node cluster, a test file at a time
-# (most of their time is spent waiting on Ray, not on the CPU); then, alone on the machine,
-# the files that judge the ranks' pace (pytest.mark.alone: a neighbour's load changes it).
-test: lint
+# lint and the tests at once (the tests mostly wait on Ray). The tests in three steps: those
+# that need no Ray cluster on the machine (before any starts); then the rest in TEST_PROCESSES
+# processes, each with its own two-node cluster, handed a test file at a time, longest first
+# (conftest.py orders them); then, alone on the machine, the files that judge the ranks' pace
+# (pytest.mark.alone: a neighbour's load changes it).
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j2 lint test-tiers
+
+test-tiers: $(STAMP)
 	$(BIN)/pytest -q -m before_cluster
-	$(BIN)/pytest -q -m "not before_cluster and not alone" -n $(TEST_PROCESSES) --dist loadfile
+	$(BIN)/pytest -q -m "not before_cluster and not alone" -n $(TEST_PROCESSES) \
+		--dist loadfile --no-loadscope-reorder
 	$(BIN)/pytest -q -m alone
 
 # The inner loop: lint, types and the pure tests, which start no Ray (conftest.py marks the

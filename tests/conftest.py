@@ -78,14 +78,27 @@ def _starts_ray(item: pytest.Item, sources: dict[Path, bool]) -> bool:
     return sources[path]
 
 
+WHOLE_JOBS = ("clients", "demo")
+"""Folders whose tests run whole jobs on real clients or the demo: the longest files."""
+
+
+def _order(item: pytest.Item) -> tuple[bool, int]:
+    """Tests of "no cluster" first (Ray finds any running cluster on the machine); then the
+    longest files first, so that make test's processes, handed a file at a time, end together:
+    whole jobs, the other cluster tests, and the pure tests last, short fillers."""
+    weight = 0 if Path(item.path).parent.name in WHOLE_JOBS else 1
+    return item.get_closest_marker("before_cluster") is None, weight + (
+        item.get_closest_marker("ray") is None
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks the tests that start Ray; tests of "no cluster" run before ours (Ray finds any
-    running cluster on the machine)."""
+    """Marks the tests that start Ray, and orders them (`_order`)."""
     sources: dict[Path, bool] = {}
     for item in items:
         if _starts_ray(item, sources):
             item.add_marker(pytest.mark.ray)
-    items.sort(key=lambda item: item.get_closest_marker("before_cluster") is None)
+    items.sort(key=_order)
 
 
 @pytest.fixture(autouse=True)

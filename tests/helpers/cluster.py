@@ -48,23 +48,28 @@ def wait_registered(pids: list[int], *, ranked: bool = False, timeout: float = 6
     wait_until(ready, timeout=timeout, what=f"probes of pids {pids} to register")
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 240.0
+) -> subprocess.CompletedProcess[str]:
     """The real `rankscope` command in a subprocess, as a user runs it."""
     return subprocess.run(
         [sys.executable, "-m", "rankscope.cli.main", *args],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
     )
 
 
-def run_demo(*args: str) -> subprocess.CompletedProcess[str]:
+def run_demo(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 240.0
+) -> subprocess.CompletedProcess[str]:
     """`rankscope demo ...` as a user runs it: its own embedded cluster, its own Ray temp dir."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="rs-demo-", dir="/tmp") as ray_tmp:
-        return run_cli("demo", *args, env={"RAY_TMPDIR": ray_tmp, "RANKSCOPE_RUN_DIR": ""})
+        own = {"RAY_TMPDIR": ray_tmp, "RANKSCOPE_RUN_DIR": ""}
+        return run_cli("demo", *args, env={**own, **(env or {})}, timeout=timeout)
 
 
 def line_of(function: object, text: str) -> int:
