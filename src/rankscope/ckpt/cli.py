@@ -14,11 +14,9 @@ import typer
 from rich.console import Console, RenderableType
 from rich.text import Text
 
-from rankscope.cli.common import ExitCode, Json, handle_errors
+from rankscope.cli.common import ExitCode, Json, handle_errors, out
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
-out = Console(highlight=False, soft_wrap=False)
-"""Tables are never wrapped: paths and tensor names stay whole (see `_print`)."""
 
 
 @app.command()

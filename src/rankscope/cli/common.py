@@ -12,6 +12,7 @@ import enum
 import functools
 import gc
 import math
+import sys
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypeVar
 
@@ -31,6 +32,7 @@ __all__ = [
     "one_line",
     "out",
     "set_debug",
+    "terminal_stdout",
 ]
 
 out = Console(highlight=False, soft_wrap=True)
@@ -112,6 +114,34 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def _stdout_for_output_only() -> Iterator[None]:
+    """While a command runs, stdout carries its output only (`out`), and whatever else writes to
+    sys.stdout goes to stderr: Ray's driver prints the cluster's warnings ("8 PYTHON worker
+    processes have been started on node ...") to sys.stdout from a thread of its own, which
+    broke `--json` for the script reading it."""
+    saved = sys.stdout
+    out.file = saved
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+        out.file = None  # type: ignore[assignment]  # rich: None is sys.stdout, looked up each write
+
+
+@contextlib.contextmanager
+def terminal_stdout() -> Iterator[None]:
+    """sys.stdout back on the command's stdout, for a command that talks with the user:
+    `input()` edits lines only when sys.stdout is the terminal."""
+    saved = sys.stdout
+    sys.stdout = out.file
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+
+
 def handle_errors(fn: F) -> F:
     """One line and exit 2 for mistakes a user can fix, exit 3 for our own bugs.
 
@@ -121,7 +151,8 @@ def handle_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with _stdout_for_output_only():
+                return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise
         except UserError as exc:

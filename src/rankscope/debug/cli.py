@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rankscope.cli.common import Address, Job, Json, err, handle_errors, out
+from rankscope.cli.common import Address, Job, Json, err, handle_errors, out, terminal_stdout
 
 if TYPE_CHECKING:
     from rankscope.debug.model import AttachRoute, DebugSession
@@ -70,7 +70,8 @@ def attach_command(
         err.print(f"rankscope: direct instead: {route.direct_command}", markup=False)
     conn = connect(session, route)
     enable_line_editing()
-    run_terminal(conn, session.token, sys.stdout)
+    with terminal_stdout():
+        run_terminal(conn, session.token, sys.stdout)
 
 
 def _forward_debugpy(session: DebugSession, route: AttachRoute) -> None:
