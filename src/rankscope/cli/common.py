@@ -81,7 +81,7 @@ class ExitCode(enum.IntEnum):
     """A bug in rankscope; --debug shows the traceback."""
 
 
-_state = {"debug": False}
+_state = {"debug": False, "stdout_bound": False}
 
 
 def set_debug(debug: bool) -> None:
@@ -119,14 +119,16 @@ def _stdout_for_output_only() -> Iterator[None]:
     """While a command runs, stdout carries its output only (`out`), and whatever else writes to
     sys.stdout goes to stderr: Ray's driver prints the cluster's warnings ("8 PYTHON worker
     processes have been started on node ...") to sys.stdout from a thread of its own, which
-    broke `--json` for the script reading it."""
+    broke `--json` for the script reading it. A command run inside another keeps the outer's."""
+    if _state["stdout_bound"]:
+        yield
+        return
     saved = sys.stdout
-    out.file = saved
-    sys.stdout = sys.stderr
+    out.file, sys.stdout, _state["stdout_bound"] = saved, sys.stderr, True
     try:
         yield
     finally:
-        sys.stdout = saved
+        sys.stdout, _state["stdout_bound"] = saved, False
         out.file = None  # type: ignore[assignment]  # rich: None is sys.stdout, looked up each write
 
 
