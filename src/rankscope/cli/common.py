@@ -32,7 +32,6 @@ __all__ = [
     "one_line",
     "out",
     "set_debug",
-    "terminal_stdout",
 ]
 
 out = Console(highlight=False, soft_wrap=True)
@@ -123,25 +122,13 @@ def _stdout_for_output_only() -> Iterator[None]:
     if _state["stdout_bound"]:
         yield
         return
-    saved = sys.stdout
-    out.file, sys.stdout, _state["stdout_bound"] = saved, sys.stderr, True
+    out.file, _state["stdout_bound"] = sys.stdout, True
     try:
-        yield
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
     finally:
-        sys.stdout, _state["stdout_bound"] = saved, False
+        _state["stdout_bound"] = False
         out.file = None  # type: ignore[assignment]  # rich: None is sys.stdout, looked up each write
-
-
-@contextlib.contextmanager
-def terminal_stdout() -> Iterator[None]:
-    """sys.stdout back on the command's stdout, for a command that talks with the user:
-    `input()` edits lines only when sys.stdout is the terminal."""
-    saved = sys.stdout
-    sys.stdout = out.file
-    try:
-        yield
-    finally:
-        sys.stdout = saved
 
 
 def handle_errors(fn: F) -> F:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rankscope.cli.common import Address, Job, Json, err, handle_errors, out, terminal_stdout
+from rankscope.cli.common import Address, Job, Json, err, handle_errors, out
 
 if TYPE_CHECKING:
     from rankscope.debug.model import AttachRoute, DebugSession
@@ -70,7 +70,7 @@ def attach_command(
         err.print(f"rankscope: direct instead: {route.direct_command}", markup=False)
     conn = connect(session, route)
     enable_line_editing()
-    with terminal_stdout():
+    with contextlib.redirect_stdout(out.file):  # input() edits lines on the terminal only
         run_terminal(conn, session.token, sys.stdout)
 
 
