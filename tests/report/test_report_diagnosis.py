@@ -385,6 +385,11 @@ def test_what_counts_as_moving():
         return [Frame("spin", "/u/train.py", line, False), Frame("main", "/u/train.py", 5, False)]
 
     assert motion_of(spin(10), 0) == motion_of(spin(11), 0)  # a spin goes nowhere
+    polling = [Frame("exists", "/lib/genericpath.py", 19, True), *spin(10)]
+    assert motion_of(polling, 0) == motion_of(spin(12), 0)  # nor a loop polling a file
+    assert motion_of([Frame("save", "/u/ckpt.py", 3, False), *spin(10)], 0) != motion_of(
+        spin(10), 0
+    )  # a user call in or out of it does move
     assert motion_of(spin(10), 0) != motion_of(spin(10), 4096)  # storage moved
     ctx = RankContext(0, 0, 4, "n0", "10.0.0.1", "h0", 100, "job", None, "W", None, "env", GROUP)
 
@@ -495,6 +500,18 @@ def test_a_straggler_its_group_waits_for_is_a_straggler_not_a_hang():
     assert stacks.ok and "rank 0 is elsewhere" in stacks.notes[0]  # no hang beside it
     alone = build_report(_saving_job(1.0, {"p0": "its collectives moved on"}), NOW)
     assert alone.ok and alone.diagnosis is not None and alone.diagnosis.kind is DiagnosisKind.SLOW
+
+
+def test_a_straggler_that_now_moves_only_in_its_own_code_is_slow_there_not_a_straggler():
+    """Rank 0 straggled, then stopped stepping: it spins in its own code while its group waits.
+    The straggler finding of its earlier steps is still there; it says nothing of the wait."""
+    straggler = {"kind": "straggler", "ranks": [0], "step": None, "value": 2.0,
+                 "evidence": "rank 0 computes 2.0x the median", "advice": "look"}  # fmt: skip
+    for moved in ("its call stack changed", "it reads or writes storage"):
+        data = replace(_saving_job(6.0, {"p0": moved}), health=({"findings": [straggler]},))
+        d = build_report(data, NOW).diagnosis
+        assert d is not None and (d.kind, d.ranks) == (DiagnosisKind.SLOW, (0,)), d
+        assert d.where == "ckpt.py:12" and "busy in save_checkpoint ckpt.py:12" in d.sentence
 
 
 def test_a_rank_whose_collectives_moved_on_between_looks_moved():

@@ -16,7 +16,15 @@ from typing import Any
 
 from rankscope.runtime.protocol import ProbeStatus
 
-__all__ = ["IO_MOTION_BYTES", "SLOW_LIMIT_S", "Mark", "mark_of", "moved", "what_moved"]
+__all__ = [
+    "IO_MOTION_BYTES",
+    "PROGRESS",
+    "SLOW_LIMIT_S",
+    "Mark",
+    "mark_of",
+    "moved",
+    "what_moved",
+]
 
 SLOW_LIMIT_S = 300.0
 """A rank its group has waited for this long is stuck, moving or not (the watchdog's default
@@ -24,6 +32,10 @@ SLOW_LIMIT_S = 300.0
 IO_MOTION_BYTES = 1 << 20
 """Storage I/O between two looks that counts as motion: a checkpoint writes megabytes, while a
 stuck rank's process may still write a log line or rankscope's own step file."""
+STEP_MOVED = "its step moved"
+CALLS_MOVED = "its collectives moved on"
+PROGRESS = frozenset({STEP_MOVED, CALLS_MOVED})
+"""The motions that are the training's own progress, not only motion in a rank's own code."""
 
 
 @dataclass(frozen=True)
@@ -48,9 +60,9 @@ def mark_of(p: ProbeStatus) -> Mark:
 def what_moved(before: Mark, after: Mark) -> str:
     """How the rank moved between the two looks, or "" when it did not."""
     if after.step != before.step:
-        return "its step moved"
+        return STEP_MOVED
     if after.newest_call is not None and after.newest_call != before.newest_call:
-        return "its collectives moved on"
+        return CALLS_MOVED
     if not before.motion or not after.motion or before.motion == after.motion:
         return ""
     chain_a, _, io_a = before.motion.partition(":")

@@ -104,9 +104,13 @@ def motion() -> str | None:
 
 
 def motion_of(frames: Sequence[Frame] | None, io_bytes: int) -> str:
-    """`chain:io`: a hash of the functions on the stack (not their lines: a spin loop's line
-    changes while it goes nowhere) and the bytes read from and written to storage."""
-    chain = "|".join(f"{f.filename}:{f.function}" for f in frames or ())
+    """`chain:io`: a hash of the functions on the stack from the innermost user frame out (not
+    their lines: a spin loop's line changes while it goes nowhere; not the library calls it
+    makes: a loop polling a file or a queue calls in and out of them while it goes nowhere)
+    and the bytes read from and written to storage."""
+    frames = frames or ()
+    user = next((i for i, f in enumerate(frames) if not f.library), 0)
+    chain = "|".join(f"{f.filename}:{f.function}" for f in frames[user:])
     return f"{zlib.crc32(chain.encode()):08x}:{io_bytes}"
 
 

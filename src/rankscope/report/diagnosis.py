@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from rankscope.hang.motion import SLOW_LIMIT_S
+from rankscope.hang.motion import PROGRESS, SLOW_LIMIT_S
 from rankscope.report.hang_before_deaths import hang_before_deaths
 from rankscope.report.layout import process_label
 from rankscope.report.model import Diagnosis, DiagnosisKind, RunData, Section, Severity
@@ -27,6 +27,7 @@ from rankscope.report.section_diagnosis import (
 )
 
 __all__ = [
+    "PACE_KINDS",
     "VERDICT_ORDER",
     "WAITS_FOR",
     "diagnose",
@@ -100,17 +101,27 @@ def diagnose(sections: Sequence[Section], data: RunData) -> Diagnosis | None:
     if found is not None:
         return found
     by_key = {s.key: s for s in sections}
+    moving = slow_culprits(data)
     slow: Diagnosis | None = None
     for key in [*VERDICT_ORDER, *(k for k in by_key if k not in VERDICT_ORDER)]:
         section = by_key.get(key)
         if section is None or not section.findings:
             continue
         found = from_section(section, data, places)
-        if key in WAITS_FOR and slow_culprits(data):
+        if key in WAITS_FOR and moving:
             slow = slow or _slow(found, data, places)
             continue  # a failure elsewhere (a straggler's finding) is the verdict, if any
+        if slow is not None and found.kind in PACE_KINDS and not set(moving.values()) <= PROGRESS:
+            continue  # a pace from before: the slow rank is busy in its own code now
         return found
     return slow
+
+
+PACE_KINDS = frozenset({DiagnosisKind.STRAGGLER, DiagnosisKind.THROUGHPUT_DRIFT})
+"""Findings about the ranks' pace. They explain a group that waits for a rank only while that
+rank still steps or completes collectives: a rank that moves only in its own code (its call
+stack, its storage) keeps the straggler finding of its earlier steps, which says nothing of
+why its group waits now."""
 
 
 WAITS_FOR = ("hang", "stacks")
