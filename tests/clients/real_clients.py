@@ -4,8 +4,10 @@ No rankscope call in here: the probe comes from the setup hook, as in a user's j
 runs `STEPS` all_reduces; the faulty rank waits in `wait_for_release` before the 3rd one until
 the test writes its release file: `go` to carry on, `die` to `os._exit(1)`, `raise` to raise
 `ValueError("bad batch")` from the user's code while its peers wait in all_reduce. In the
-`straggle` mode the faulty rank computes slower every step instead, and all print their loss;
-in the `steady` mode (Ray Train) no rank is faulty: 2 s steps, as a healthy job starts.
+`straggle` mode the faulty rank first computes slower every step, all printing their loss,
+until the test writes `<release>.stop`; then it stalls as above (one job, several incidents,
+as in a long run). In the `steady` mode (Ray Train) no rank is faulty: 2 s steps, as a
+healthy job starts.
 """
 
 from __future__ import annotations
@@ -60,6 +62,17 @@ def straggle_steps(rank: int, slow_rank: int, stop_file: str) -> int:
             return step
 
 
+def straggle_then_train(rank: int, fault_rank: int, release_file: str) -> int:
+    """The straggle mode: `straggle_steps` until `<release>.stop`, then `train_steps`. Rank 0
+    writes how many all_reduces the straggle took to `<release>.straggled`: the stall's
+    collective numbers follow them."""
+    straggled = straggle_steps(rank, fault_rank, f"{release_file}.stop")
+    if rank == 0:
+        with open(f"{release_file}.straggled", "w") as f:
+            f.write(str(straggled))
+    return train_steps(rank, fault_rank, release_file)
+
+
 def steady_steps(rank: int, stop_file: str, step_s: float = 2.0) -> int:
     """A healthy loop: steps of `step_s` (a sleep) and one all_reduce, until the stop file
     appears; after its first all_reduce each rank writes `<stop_file>.stepped<rank>`."""
@@ -85,7 +98,7 @@ def ray_train_loop(config: dict) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     if config.get("mode") == "straggle":
-        straggle_steps(rank, config["fault_rank"], config["release_file"])
+        straggle_then_train(rank, config["fault_rank"], config["release_file"])
     elif config.get("mode") == "steady":
         steady_steps(rank, config["release_file"])
     else:
@@ -108,7 +121,7 @@ def verl_worker_class() -> type:
             return train_steps(dist.get_rank(), fault_rank, release_file)
 
         @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-        def straggle(self, slow_rank: int, stop_file: str) -> int:
-            return straggle_steps(dist.get_rank(), slow_rank, stop_file)
+        def straggle(self, fault_rank: int, release_file: str) -> int:
+            return straggle_then_train(dist.get_rank(), fault_rank, release_file)
 
     return TrainWorker

@@ -2,11 +2,13 @@
 
 verl 0.9.1's single controller (RayResourcePool + RayWorkerGroup of a Worker subclass) and Ray
 Train's TorchTrainer, 4 CPU ranks on gloo each (real_job.py, real_clients.py beside this file).
-Rank 2 stalls before the 3rd all_reduce: `hang` and `stacks` must name it and its line (Ray
-Train runs the loop in its own thread, not the main thread). Then rank 2 exits: the others'
-all_reduce fails, the client tears the group down, and rankscope must say that they failed
-(not "never entered") and that rank 2 died first. When rank 2 raises instead, its exception
-reaches the hub before the client tears the group down.
+One job plays three incidents in turn, as a long run meets them: rank 2 straggles (the trace,
+the monitor, the judge's alert and the logs must name it, with no rankscope call in the user's
+code); then rank 2 stalls before the 3rd all_reduce of its next call (`hang` and `stacks` must
+name it and its line: Ray Train runs the loop in its own thread, not the main thread); then
+rank 2 exits: the others' all_reduce fails, the client tears the group down, and rankscope must
+say that they failed (not "never entered") and that rank 2 died first. When rank 2 raises
+instead, its exception reaches the hub before the client tears the group down.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from real_clients import train_steps, wait_for_release
@@ -52,25 +55,17 @@ def _finish(release: str, driver: subprocess.Popen) -> None:
 
 
 @pytest.fixture(params=["verl", "train"])
-def stalled_job(request, cluster, hub, tmp_path) -> Iterator[tuple[str, str, subprocess.Popen]]:
-    """A job of the client whose rank 2 waits for `release`; yields (job id, release, driver)."""
+def straggling_job(request, cluster, hub, tmp_path) -> Iterator[tuple[str, str, subprocess.Popen]]:
+    """A job of the client whose rank 2 computes 50 ms more a step until `<release>.stop`, then
+    waits for `release` before its 3rd all_reduce; yields (job id, release, driver)."""
     release = str(tmp_path / "release")
-    job_id, driver = _start_job(request.param, "stall", release)
+    job_id, driver = _start_job(request.param, "straggle", release)
     try:
         yield job_id, release, driver
     finally:
+        with open(f"{release}.stop", "w") as f:
+            f.write("stop")
         _finish(release, driver)
-
-
-@pytest.fixture(params=["verl", "train"])
-def straggling_job(request, cluster, hub, tmp_path) -> Iterator[str]:
-    """A job of the client whose rank 2 computes 50 ms more a step; yields its job id."""
-    stop = str(tmp_path / "stop")
-    job_id, driver = _start_job(request.param, "straggle", stop)
-    try:
-        yield job_id
-    finally:
-        _finish(stop, driver)
 
 
 def _json(*args: str) -> tuple[int, object]:
@@ -91,65 +86,33 @@ def _findings(job_id: str, kind: str) -> list[dict]:
     return [f for r in reports for f in r["findings"] if f["kind"] == kind]  # type: ignore[union-attr]
 
 
-@pytest.mark.timeout(300)  # two `report`s, each a whole live snapshot, on top of the client
-def test_stall_then_death_are_named_on_the_real_client(stalled_job):
-    job_id, release, driver = stalled_job
+def _registered(job_id: str) -> None:
     wait_until(
         lambda: sum(p.context.rank is not None for p in HubClient.attach().probes(job_id)) == 4,
         timeout=120,
         what="the client's four ranks to register",
     )
-    [hang] = wait_until(lambda: _findings(job_id, "hang"), timeout=120, what="the stall")
-    where = seen_in(wait_for_release, "real_clients.py")
-    assert hang["ranks"] == [STALLED]
-    assert "ranks 0,1,3 wait in all_reduce #3 (float32[8])" in hang["message"]
-    assert re.search(
-        f"rank 2 never entered #3, its last completed collective is #2; rank 2 is in {where}",
-        hang["message"],
-    ), hang["message"]
-    stacks = run_cli("stacks", "--job", job_id, "--address", cluster_address())
-    assert re.search(f"rank 2: {where}", stacks.stdout), stacks.stdout
-    blind = _diagnosis(job_id)  # the one command a user who does not know what is wrong runs
-    assert (blind["kind"], blind["ranks"]) == ("hang", [STALLED]), blind
-    assert re.fullmatch(where.rsplit(" ", 1)[-1], blind["where"]), blind  # its file:line
 
+
+@pytest.mark.timeout(420)  # three `report`s, each a whole live snapshot, on top of the client
+def test_a_straggler_then_a_stall_then_a_death_are_named_on_the_real_client(
+    straggling_job, tmp_path
+):
+    job_id, release, driver = straggling_job
+    _registered(job_id)
+    _the_straggler_is_named(job_id, tmp_path)
+    with open(f"{release}.stop", "w") as f:
+        f.write("stop")
+    third = _the_stall_is_named(job_id, release)
     with open(release, "w") as f:
         f.write("die")
-
-    def all_dead() -> bool:
-        ranked = [p for p in HubClient.attach().probes(job_id) if p.context.rank is not None]
-        return all(p.state == ProbeState.DEAD for p in ranked)
-
-    wait_until(all_dead, timeout=120, what="the client to tear the group down")
-    [failed] = _findings(job_id, "failed")
-    # the ranks whose all_reduce raised before the client killed them (one may die inside it)
-    assert re.match(
-        r"group 0 \(4 ranks\): ranks? [013,]+ failed in all_reduce #3 \(float32\[8\]\): "
-        r"Connection closed by peer",
-        failed["message"],
-    ), failed["message"]
-    assert "rank 2 never entered #3" in failed["message"] and failed["ranks"] == [STALLED]
-    assert not _findings(job_id, "hang")
-    [first] = _findings(job_id, "first_death")
-    assert first["ranks"] == [STALLED] and first["message"].startswith("rank 2 died first")
-    code, status = _json("status", "--job", job_id)
-    assert code == 1
-    assert status[job_id]["first_death"].startswith("rank 2 died first")  # type: ignore[index]
-    blind = _diagnosis(job_id)
-    assert (blind["kind"], blind["ranks"], blind["culprit"]) == ("death", [STALLED], "rank 2")
-    assert blind["sentence"].startswith("rank 2 died first: "), blind
+    _the_death_is_named(job_id, third)
     driver.communicate(timeout=120)
 
 
-def test_trace_and_logs_name_the_straggler_on_the_real_client(straggling_job, tmp_path):
+def _the_straggler_is_named(job_id: str, tmp_path: Path) -> None:
     """No rankscope call in the user's code: the trace scores the ranks from the collectives
     the recorder saw, and the logs come from the workers' own stdout, tagged with the rank."""
-    job_id = straggling_job
-    wait_until(
-        lambda: sum(p.context.rank is not None for p in HubClient.attach().probes(job_id)) == 4,
-        timeout=120,
-        what="the client's four ranks to register",
-    )
     out = tmp_path / "trace.json"
     traced = run_cli(
         "trace", "--job", job_id, "--duration", "4s", "-o", str(out), "--json",
@@ -184,6 +147,55 @@ def test_trace_and_logs_name_the_straggler_on_the_real_client(straggling_job, tm
     )  # fmt: skip
     assert logs.returncode == 0, logs.stderr
     assert re.search(r"ranks 0-3: step \S+ loss=0\.500\.\.0\.530", logs.stdout), logs.stdout
+
+
+def _the_stall_is_named(job_id: str, release: str) -> int:
+    """Rank 2 waits before the 3rd all_reduce after the straggle: returns that all_reduce's
+    number in the group."""
+    [hang] = wait_until(lambda: _findings(job_id, "hang"), timeout=120, what="the stall")
+    with open(f"{release}.straggled") as f:  # written before the call's first all_reduce
+        third = int(f.read()) + 3
+    where = seen_in(wait_for_release, "real_clients.py")
+    assert hang["ranks"] == [STALLED]
+    assert f"ranks 0,1,3 wait in all_reduce #{third} (float32[8])" in hang["message"]
+    assert re.search(
+        f"rank 2 never entered #{third}, its last completed collective is #{third - 1}; "
+        f"rank 2 is in {where}",
+        hang["message"],
+    ), hang["message"]
+    stacks = run_cli("stacks", "--job", job_id, "--address", cluster_address())
+    assert re.search(f"rank 2: {where}", stacks.stdout), stacks.stdout
+    blind = _diagnosis(job_id)  # the one command a user who does not know what is wrong runs
+    assert (blind["kind"], blind["ranks"]) == ("hang", [STALLED]), blind
+    assert re.fullmatch(where.rsplit(" ", 1)[-1], blind["where"]), blind  # its file:line
+    return third
+
+
+def _the_death_is_named(job_id: str, third: int) -> None:
+    """Rank 2 exits: the others' all_reduce #`third` fails and the client tears the group down."""
+
+    def all_dead() -> bool:
+        ranked = [p for p in HubClient.attach().probes(job_id) if p.context.rank is not None]
+        return all(p.state == ProbeState.DEAD for p in ranked)
+
+    wait_until(all_dead, timeout=120, what="the client to tear the group down")
+    [failed] = _findings(job_id, "failed")
+    # the ranks whose all_reduce raised before the client killed them (one may die inside it)
+    assert re.match(
+        rf"group 0 \(4 ranks\): ranks? [013,]+ failed in all_reduce #{third} \(float32\[8\]\): "
+        r"Connection closed by peer",
+        failed["message"],
+    ), failed["message"]
+    assert f"rank 2 never entered #{third}" in failed["message"] and failed["ranks"] == [STALLED]
+    assert not _findings(job_id, "hang")
+    [first] = _findings(job_id, "first_death")
+    assert first["ranks"] == [STALLED] and first["message"].startswith("rank 2 died first")
+    code, status = _json("status", "--job", job_id)
+    assert code == 1
+    assert status[job_id]["first_death"].startswith("rank 2 died first")  # type: ignore[index]
+    blind = _diagnosis(job_id)
+    assert (blind["kind"], blind["ranks"], blind["culprit"]) == ("death", [STALLED], "rank 2")
+    assert blind["sentence"].startswith("rank 2 died first: "), blind
 
 
 def _raise_line() -> int:
