@@ -375,6 +375,10 @@ def test_a_rank_that_does_not_move_or_waited_too_long_is_stuck():
 
 
 def test_what_counts_as_moving():
+    import genericpath
+
+    import torch
+
     from rankscope.context import RankContext
     from rankscope.hang.motion import moved
     from rankscope.hang.worker import motion_of
@@ -385,11 +389,10 @@ def test_what_counts_as_moving():
         return [Frame("spin", "/u/train.py", line, False), Frame("main", "/u/train.py", 5, False)]
 
     assert motion_of(spin(10), 0) == motion_of(spin(11), 0)  # a spin goes nowhere
-    polling = [Frame("exists", "/lib/genericpath.py", 19, True), *spin(10)]
+    polling = [Frame("exists", genericpath.__file__, 19, True), *spin(10)]
     assert motion_of(polling, 0) == motion_of(spin(12), 0)  # nor a loop polling a file
-    assert motion_of([Frame("save", "/u/ckpt.py", 3, False), *spin(10)], 0) != motion_of(
-        spin(10), 0
-    )  # a user call in or out of it does move
+    for inner in (Frame("save", "/u/ckpt.py", 3, False), Frame("save", torch.__file__, 3, True)):
+        assert motion_of([inner, *spin(10)], 0) != motion_of(spin(10), 0)  # work moves
     assert motion_of(spin(10), 0) != motion_of(spin(10), 4096)  # storage moved
     ctx = RankContext(0, 0, 4, "n0", "10.0.0.1", "h0", 100, "job", None, "W", None, "env", GROUP)
 

@@ -23,7 +23,7 @@ from rankscope.hang.worker_flight import read_flight_recorder
 from rankscope.hang.worker_recorder import collective_recorder
 from rankscope.runtime.probe import register_groups, register_handler, register_summary
 from rankscope.stacks.model import Frame, active_thread, headline
-from rankscope.stacks.worker import capture_threads
+from rankscope.stacks.worker import capture_threads, is_stdlib
 
 SUMMARY_RECORDS = 16
 INLINE_RANKS = 256
@@ -104,13 +104,13 @@ def motion() -> str | None:
 
 
 def motion_of(frames: Sequence[Frame] | None, io_bytes: int) -> str:
-    """`chain:io`: a hash of the functions on the stack from the innermost user frame out (not
-    their lines: a spin loop's line changes while it goes nowhere; not the library calls it
-    makes: a loop polling a file or a queue calls in and out of them while it goes nowhere)
-    and the bytes read from and written to storage."""
+    """`chain:io`: a hash of the functions on the stack (not their lines: a spin loop's line
+    changes while it goes nowhere; nor the standard library's innermost calls: a loop polling
+    a file, a queue or a socket calls in and out of them while it goes nowhere) and the bytes
+    read from and written to storage."""
     frames = frames or ()
-    user = next((i for i, f in enumerate(frames) if not f.library), 0)
-    chain = "|".join(f"{f.filename}:{f.function}" for f in frames[user:])
+    own = next((i for i, f in enumerate(frames) if not is_stdlib(f.filename)), len(frames))
+    chain = "|".join(f"{f.filename}:{f.function}" for f in frames[own:])
     return f"{zlib.crc32(chain.encode()):08x}:{io_bytes}"
 
 

@@ -150,6 +150,16 @@ def is_library(filename: str) -> bool:
     return path.startswith(_library_roots())
 
 
+@lru_cache(maxsize=4096)
+def is_stdlib(filename: str) -> bool:
+    """Python's own standard library (frozen modules included), not an installed package."""
+    if filename.startswith("<"):
+        return filename.startswith("<frozen")
+    path = os.path.abspath(filename)
+    roots = tuple({os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
+    return path.startswith(roots) and "-packages" not in path
+
+
 @lru_cache(maxsize=1)
 def _library_roots() -> tuple[str, ...]:
     keys = ("stdlib", "platstdlib", "purelib", "platlib")
