@@ -6,7 +6,6 @@ import io
 import itertools
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from typer.testing import CliRunner
 from workers_debug import DebugRank
 
 import rankscope.cli.main as cli
-from helpers.cluster import cluster_address, line_of, run_cli, run_demo, wait_registered
+from helpers.cluster import cluster_address, line_of, run_cli, wait_registered
 from helpers.workers import WORKER_NODE_RESOURCE, wait_until
 from rankscope.debug.cli_attach import connect, run_terminal
 from rankscope.debug.collect import list_sessions
@@ -242,14 +241,3 @@ def test_a_session_whose_process_died_leaves_the_list_and_diagnose_names_it(clus
         )
 
     wait_until(died, timeout=30, interval=1.0, what="diagnose to report the dead session")
-
-
-def test_breakpoint_demo_pauses_one_rank_shows_how_to_attach_and_finishes():
-    """The demo starts a Ray cluster of its own, under its own temp dir."""
-    result = run_demo("--fault", "breakpoint", "--workers", "2", "--steps", "8")
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = " ".join(result.stdout.split())
-    found = re.search(r"(\w{8}) \(rank 1, breakpoint at fault_breakpoint.py:\d+ in inject", out)
-    assert found is not None, out
-    assert f"rankscope debug attach {found.group(1)}" in out
-    assert "all 2 ranks trained 8 steps" in out and "demo done (found it)" in out

@@ -3,6 +3,7 @@ the report of each job it writes, live and from its run directory after the job 
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -30,7 +31,7 @@ def test_unknown_fault_is_one_clear_line():
     assert result.stderr.strip().startswith("rankscope: error: --fault 'meteor': choose one of")
 
 
-FAULTS = ("hang", "leak", "desync", "nan", "error-burst", "pending-actor")
+FAULTS = ("hang", "leak", "desync", "nan", "error-burst", "pending-actor", "breakpoint")
 COMMANDS = {"nan": "rankscope monitor", "error-burst": "rankscope alerts"} | {
     "pending-actor": "rankscope why-pending"
 }
@@ -42,11 +43,11 @@ AFTER = {
 """What each fault's report says when read again from its run directory, after the job."""
 
 
-@pytest.mark.timeout(600)  # six jobs, one after another, on a cluster of their own
+@pytest.mark.timeout(600)  # seven jobs, one after another, on a cluster of their own
 def test_several_faults_run_as_jobs_of_one_cluster_and_each_report_names_the_rank():
-    """`--fault all`'s code path with six of the faults (`rankscope hang`'s, `monitor`'s,
-    `alerts`', `why-pending`'s...), one cluster; the others in `demo --fault all`
-    (docs/PERFORMANCE.md)."""
+    """`--fault all`'s code path with seven of the faults (`rankscope hang`'s, `monitor`'s,
+    `alerts`', `why-pending`'s, `debug`'s...), one cluster; the others in `demo --fault all`
+    (docs/PERFORMANCE.md). What each fault's own commands print goes to stderr as it runs."""
     # a terminal wide enough for the table's "by" column; the verdicts still wrap
     result = run_demo("--fault", ",".join(FAULTS), env={"COLUMNS": "120"}, timeout=540)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -66,6 +67,22 @@ def test_several_faults_run_as_jobs_of_one_cluster_and_each_report_names_the_ran
     assert "short by 4" in err and "pending and running tasks left out" in err
     # the job's report, written while the actor waited, says so first
     assert "verdict: actor Evaluator can never be placed on this cluster: " in err
+    # `memory`: the leaking rank, and its memory report written
+    assert "leak: rank 3 (injected: rank 3)" in err
+    memory_report = re.search(r"memory report: (\S+\.html)", err)
+    assert memory_report is not None and os.path.exists(memory_report.group(1)), err
+    # `consistency` after training: the drifting rank and tensor
+    assert re.search(
+        r"replicas_after_training: 1 of 4 tensors differ; rank 3 is the outlier; "
+        r"worst 0\.weight max\|d\|=",
+        err,
+    ), err
+    assert re.search(r"0\.weight mismatch 0 3 ", err), err
+    # `debug list`: the paused rank, and how to attach to it; then the job trains to the end
+    paused = re.search(r"(\w{8}) \(rank 3, breakpoint at fault_breakpoint\.py:\d+ in inject", err)
+    assert paused is not None, err
+    assert f"rankscope debug attach {paused.group(1)}" in err
+    assert "all 4 ranks trained 30 steps" in err
 
     reports = dict(re.findall(r"^report of ([\w-]+): (\S+)/report\.html$", result.stdout, re.M))
     assert sorted(reports) == sorted(FAULTS)
