@@ -4,10 +4,9 @@ No rankscope call in here: the probe comes from the setup hook, as in a user's j
 runs `STEPS` all_reduces; the faulty rank waits in `wait_for_release` before the 3rd one until
 the test writes its release file: `go` to carry on, `die` to `os._exit(1)`, `raise` to raise
 `ValueError("bad batch")` from the user's code while its peers wait in all_reduce. In the
-`straggle` mode the faulty rank first computes slower every step, all printing their loss,
-until the test writes `<release>.stop`; then it stalls as above (one job, several incidents,
-as in a long run). In the `steady` mode (Ray Train) no rank is faulty: 2 s steps, as a
-healthy job starts.
+`straggle` mode all ranks step healthily, printing their loss, until the test writes
+`<release>.straggle`; then the faulty rank computes slower every step until `<release>.stop`,
+and then it stalls as above (one job, several incidents, as in a long run).
 """
 
 from __future__ import annotations
@@ -45,51 +44,37 @@ def train_steps(rank: int, fault_rank: int, release_file: str) -> int:
     return rank
 
 
-def straggle_steps(rank: int, slow_rank: int, stop_file: str) -> int:
-    """Steps of 30 ms compute (50 ms more on `slow_rank`) and one all_reduce, printing the loss
-    as users do, until the stop file appears: every rank stops at the same step."""
+def straggle_steps(rank: int, slow_rank: int, stop_file: str, straggle_file: str) -> int:
+    """Steps of 30 ms compute (50 ms more on `slow_rank` once `straggle_file` exists) and one
+    all_reduce, printing the loss as users do, until the stop file appears: every rank stops at
+    the same step. After its first all_reduce each rank writes `<stop_file>.stepped<rank>`."""
     import torch
     import torch.distributed as dist
 
-    step = 0
+    step, slow = 0, False
     while True:
-        time.sleep(0.03 + (0.05 if rank == slow_rank else 0.0))
+        slow = slow or (rank == slow_rank and os.path.exists(straggle_file))
+        time.sleep(0.03 + (0.05 if slow else 0.0))
         stop = torch.tensor([float(os.path.exists(stop_file))])
         dist.all_reduce(stop)
         print(f"step {step} loss={0.5 + 0.01 * rank:.3f}", flush=True)
-        step += 1
-        if stop.item() > 0:
-            return step
-
-
-def straggle_then_train(rank: int, fault_rank: int, release_file: str) -> int:
-    """The straggle mode: `straggle_steps` until `<release>.stop`, then `train_steps`. Rank 0
-    writes how many all_reduces the straggle took to `<release>.straggled`: the stall's
-    collective numbers follow them."""
-    straggled = straggle_steps(rank, fault_rank, f"{release_file}.stop")
-    if rank == 0:
-        with open(f"{release_file}.straggled", "w") as f:
-            f.write(str(straggled))
-    return train_steps(rank, fault_rank, release_file)
-
-
-def steady_steps(rank: int, stop_file: str, step_s: float = 2.0) -> int:
-    """A healthy loop: steps of `step_s` (a sleep) and one all_reduce, until the stop file
-    appears; after its first all_reduce each rank writes `<stop_file>.stepped<rank>`."""
-    import torch
-    import torch.distributed as dist
-
-    step = 0
-    while True:
-        time.sleep(step_s)
-        stop = torch.tensor([float(os.path.exists(stop_file))])
-        dist.all_reduce(stop)
         if step == 0:
             with open(f"{stop_file}.stepped{rank}", "w") as f:
                 f.write("1")
         step += 1
         if stop.item() > 0:
             return step
+
+
+def straggle_then_train(rank: int, fault_rank: int, release_file: str) -> int:
+    """The straggle mode: `straggle_steps` (slow from `<release>.straggle` on) until
+    `<release>.stop`, then `train_steps`. Rank 0 writes how many all_reduces the straggle took
+    to `<release>.straggled`: the stall's collective numbers follow them."""
+    straggled = straggle_steps(rank, fault_rank, f"{release_file}.stop", f"{release_file}.straggle")
+    if rank == 0:
+        with open(f"{release_file}.straggled", "w") as f:
+            f.write(str(straggled))
+    return train_steps(rank, fault_rank, release_file)
 
 
 def ray_train_loop(config: dict) -> None:
@@ -99,8 +84,6 @@ def ray_train_loop(config: dict) -> None:
     rank = ray.train.get_context().get_world_rank()
     if config.get("mode") == "straggle":
         straggle_then_train(rank, config["fault_rank"], config["release_file"])
-    elif config.get("mode") == "steady":
-        steady_steps(rank, config["release_file"])
     else:
         train_steps(rank, config["fault_rank"], config["release_file"])
 

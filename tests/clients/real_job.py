@@ -1,6 +1,6 @@
 """A user's job on a real client: verl's single controller or Ray Train's TorchTrainer.
 
-    python real_job.py ADDRESS verl|train FAULT_RANK RELEASE_FILE [stall|straggle|steady]
+    python real_job.py ADDRESS verl|train FAULT_RANK RELEASE_FILE [stall|straggle]
 
 Installs rankscope only through the setup hook (no code change), prints its job id, trains
 (one rank stalls before the 3rd all_reduce, then goes on, dies or raises as the release file

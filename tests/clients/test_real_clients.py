@@ -18,8 +18,10 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import PIPE
 
 import pytest
 from real_clients import train_steps, wait_for_release
@@ -56,9 +58,13 @@ def _finish(release: str, driver: subprocess.Popen) -> None:
 
 @pytest.fixture(params=["verl", "train"])
 def straggling_job(request, cluster, hub, tmp_path) -> Iterator[tuple[str, str, subprocess.Popen]]:
-    """A job of the client whose rank 2 computes 50 ms more a step until `<release>.stop`, then
-    waits for `release` before its 3rd all_reduce; yields (job id, release, driver)."""
+    """A job of the client whose rank 2 computes 50 ms more a step from `<release>.straggle`
+    until `<release>.stop`, then waits for `release` before its 3rd all_reduce; yields (job
+    id, release, driver). Ray Train's job starts healthy: the test watches its start-up first."""
     release = str(tmp_path / "release")
+    if request.param == "verl":
+        with open(f"{release}.straggle", "w") as f:
+            f.write("now")
     job_id, driver = _start_job(request.param, "straggle", release)
     try:
         yield job_id, release, driver
@@ -94,11 +100,15 @@ def _registered(job_id: str) -> None:
     )
 
 
-@pytest.mark.timeout(420)  # three `report`s, each a whole live snapshot, on top of the client
+@pytest.mark.timeout(600)  # Ray Train's start-up watched, then three live `report`s
 def test_a_straggler_then_a_stall_then_a_death_are_named_on_the_real_client(
     straggling_job, tmp_path
 ):
     job_id, release, driver = straggling_job
+    if not os.path.exists(f"{release}.straggle"):  # Ray Train's
+        _the_start_up_is_quiet(job_id, f"{release}.stop")
+        with open(f"{release}.straggle", "w") as f:
+            f.write("now")
     _registered(job_id)
     _the_straggler_is_named(job_id, tmp_path)
     with open(f"{release}.stop", "w") as f:
@@ -108,6 +118,50 @@ def test_a_straggler_then_a_stall_then_a_death_are_named_on_the_real_client(
         f.write("die")
     _the_death_is_named(job_id, third)
     driver.communicate(timeout=120)
+
+
+def _the_start_up_is_quiet(job_id: str, stop: str) -> None:
+    """Start-up is not a failure: polled with `why-pending --json` and `report --json` from the
+    moment the driver starts until every worker has stepped, while Ray Train's placement group
+    is created and committed, no poll may say "infeasible" nor hold any finding."""
+    looks, after, registered = [], 0, False
+    deadline = time.time() + 270  # Ray Train's start-up takes 60-200 s on a loaded 2-core machine
+    while not after and time.time() < deadline:
+        stepped = all(os.path.exists(f"{stop}.stepped{r}") for r in range(4))
+        verdicts, code, findings, verdict = _start_up_look(job_id)
+        looks.append((round(time.time(), 1), [v["verdict"] for v in verdicts], verdict))
+        bad = [v["reason"] for v in verdicts if v["verdict"] == "infeasible"]
+        assert not bad, (bad, looks)
+        registered = registered or code != 2
+        assert code == (0 if registered else 2) and not findings, (findings, verdict, looks)
+        after += stepped
+        time.sleep(1.0)  # a user's pace; the job starts on the same two cores
+    assert after, ("the workers never stepped", looks)
+    assert looks[0][2] == "(not registered yet)", looks  # polled from the very start
+
+
+def _start_up_look(job_id: str) -> tuple[list[dict], int, list[str], str]:
+    """One look as a user takes it (both commands at once): why-pending's verdicts on this
+    job's work, report's exit code, its findings and its verdict. Before the job's first worker
+    starts (and its probe registers) the hub does not know the job: `report --job` says so,
+    exit 2."""
+    address = ["--json", "--address", cluster_address()]
+    cli = [sys.executable, "-m", "rankscope.cli.main"]
+    pending, report = (
+        subprocess.Popen([*cli, *args, *address], stdout=PIPE, stderr=PIPE, text=True)
+        for args in (["why-pending"], ["report", "--job", job_id])
+    )
+    out, err = pending.communicate(timeout=120)
+    assert pending.returncode in (0, 1), out + err
+    every = json.loads(out)["data"]["verdicts"]
+    verdicts = [v for v in every if v["demand"]["job_id"] == job_id]  # other tests' work: not ours
+    out, err = report.communicate(timeout=120)
+    if report.returncode == 2 and "no such job registered" in err:
+        return verdicts, 2, [], "(not registered yet)"
+    assert report.returncode in (0, 1), out + err
+    data = json.loads(out)["data"]
+    findings = [f"{s['key']}: {f}" for s in data["sections"] for f in s["findings"]]
+    return verdicts, report.returncode, findings, data["verdict"]
 
 
 def _the_straggler_is_named(job_id: str, tmp_path: Path) -> None:
