@@ -98,3 +98,17 @@ def test_a_rank_that_moves_between_looks_is_slow_and_not_raised_until_the_limit(
     assert stuck_only([hang], one_beat, one_beat, 12.0) == []  # a loaded node: the next turn
     later = {3: Mark(5, ("0", 7), "aa:0", seen=NOW - 1)}
     assert stuck_only([hang], one_beat, later, 12.0) == [hang]  # heard again, did not move
+
+
+def test_a_collective_failed_for_a_dead_peer_is_the_hubs_death_alert_not_a_second_one():
+    """Ranks 0-2 failed in all_reduce #4 that rank 3 never entered: raised while rank 3 lives
+    (a collective timeout), left to the hub's death alert once rank 3 is dead."""
+    failed = [_rec(3), _rec(4, CallState.FAILED, NOW - 12)]
+
+    def job(culprit: ProbeState) -> list[ProbeStatus]:
+        probes = [_probe(r, failed, "all_reduce <- step train.py:88") for r in range(3)]
+        return [*probes, _probe(3, [_rec(3)], "load_batch data.py:41", state=culprit)]
+
+    [alert] = group_alerts("job", GROUP, job(ProbeState.ALIVE), {"0": (0, 1, 2, 3)}, NOW, 10.0)
+    assert (alert.rule, alert.rank) == ("collective_failed", 3)
+    assert group_alerts("job", GROUP, job(ProbeState.DEAD), {"0": (0, 1, 2, 3)}, NOW, 10.0) == []

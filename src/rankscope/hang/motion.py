@@ -2,8 +2,9 @@
 
 One rule for the report's verdict (`report.diagnosis`) and the group judge's alerts
 (`hang.worker_group_judge`): a rank its group waits for is slow, not stuck, when between two looks
-its step moved, its newest collective moved on, its call chain (functions, not lines)
-changed or it read or wrote at least `IO_MOTION_BYTES` of storage; past `SLOW_LIMIT_S` of
+its step moved, its newest collective moved on, its call chain (functions, not lines, and
+not the standard library's innermost calls a polling loop makes) changed or it read or wrote
+at least `IO_MOTION_BYTES` of storage; past `SLOW_LIMIT_S` of
 waiting it is stuck all the same. CPU alone is not motion: a rank spinning in its own code is
 stuck. The call chain and the I/O come from the `motion` heartbeat summary (`hang.worker`).
 """

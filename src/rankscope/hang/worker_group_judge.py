@@ -112,11 +112,12 @@ def group_alerts(
             )
         )
     out = []
+    dead = {e.rank for e in evidence if e.dead}
     report = analyze_hang(job_id, evidence, now, min_wait_s=threshold)
     for f in report.findings:
         rule = RULES.get(f.kind)
-        if rule is None:
-            continue
+        if rule is None or (f.kind is FindingKind.FAILED and f.ranks and dead >= set(f.ranks)):
+            continue  # failed for want of a dead peer: the hub raises deaths, once per job
         out.append(
             Alert(
                 rule=rule[0],
