@@ -21,6 +21,10 @@ _RAY_TMP = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
 os.environ["RAY_TMPDIR"] = _RAY_TMP
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RANKSCOPE_HEARTBEAT_INTERVAL"] = "0.25"
+# Ray's log monitor lists the session's log directory every 0.1 s below 1,000 files (one or
+# two per worker process, hundreds in a session): every 0.5 s instead. The tests read no
+# worker output through the driver (`log_to_driver=False`).
+os.environ["RAY_LOG_MONITOR_MANY_FILES_THRESHOLD"] = "0"
 os.environ["RANKSCOPE_DEAD_AFTER"] = "2"
 os.environ["RANKSCOPE_RUN_DIR"] = os.path.join(_RAY_TMP, "runs")
 os.environ.pop("RAY_ADDRESS", None)
