@@ -109,7 +109,7 @@ def diagnose(sections: Sequence[Section], data: RunData) -> Diagnosis | None:
             continue
         found = from_section(section, data, places)
         if key in WAITS_FOR and moving:
-            slow = slow or _slow(found, data, places)
+            slow = slow or _slow(found, data, places, moving)
             continue  # a failure elsewhere (a straggler's finding) is the verdict, if any
         if slow is not None and found.kind in PACE_KINDS and not set(moving.values()) <= PROGRESS:
             continue  # a pace from before: the slow rank is busy in its own code now
@@ -162,10 +162,13 @@ def _longest_wait(data: RunData) -> float:
 
 
 def _slow(
-    found: Diagnosis, data: RunData, places: Mapping[tuple[str | None, int], str]
+    found: Diagnosis,
+    data: RunData,
+    places: Mapping[tuple[str | None, int], str],
+    moving: Mapping[tuple[str | None, int], str],
 ) -> Diagnosis:
-    """A rank its group waits for, busy and moving: a note, not a failure."""
-    moving = slow_culprits(data)
+    """A rank its group waits for, busy and moving (`moving`: `slow_culprits`): a note, not a
+    failure."""
     who = ranks_text(found.ranks) if found.ranks else found.culprit
     how = "; ".join(sorted(set(moving.values())))
     busy = places.get((found.group, found.ranks[0]), "") if found.ranks else ""

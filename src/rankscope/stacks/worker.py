@@ -156,14 +156,20 @@ def is_stdlib(filename: str) -> bool:
     if filename.startswith("<"):
         return filename.startswith("<frozen")
     path = os.path.abspath(filename)
-    roots = tuple({os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
-    return path.startswith(roots) and "-packages" not in path
+    return path.startswith(_stdlib_roots()) and "-packages" not in path
+
+
+@lru_cache(maxsize=1)
+def _stdlib_roots() -> tuple[str, ...]:
+    return tuple(
+        sorted({os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
+    )
 
 
 @lru_cache(maxsize=1)
 def _library_roots() -> tuple[str, ...]:
-    keys = ("stdlib", "platstdlib", "purelib", "platlib")
-    roots = {os.path.abspath(sysconfig.get_paths()[k]) for k in keys}
+    keys = ("purelib", "platlib")
+    roots = {*_stdlib_roots(), *(os.path.abspath(sysconfig.get_paths()[k]) for k in keys)}
     roots.update(p for p in sys.path if "site-packages" in p or "dist-packages" in p)
     roots.add(_RANKSCOPE_DIR)
     return tuple(sorted(roots))
