@@ -57,17 +57,19 @@ def _finish(release: str, driver: subprocess.Popen) -> None:
 
 
 @pytest.fixture(params=["verl", "train"])
-def straggling_job(request, cluster, hub, tmp_path) -> Iterator[tuple[str, str, subprocess.Popen]]:
+def straggling_job(
+    request, cluster, hub, tmp_path
+) -> Iterator[tuple[str, str, str, subprocess.Popen]]:
     """A job of the client whose rank 2 computes 50 ms more a step from `<release>.straggle`
-    until `<release>.stop`, then waits for `release` before its 3rd all_reduce; yields (job
-    id, release, driver). Ray Train's job starts healthy: the test watches its start-up first."""
+    until `<release>.stop`, then waits for `release` before its 3rd all_reduce; yields (client,
+    job id, release, driver). Ray Train's job starts healthy: the test watches its start-up."""
     release = str(tmp_path / "release")
     if request.param == "verl":
         with open(f"{release}.straggle", "w") as f:
             f.write("now")
     job_id, driver = _start_job(request.param, "straggle", release)
     try:
-        yield job_id, release, driver
+        yield request.param, job_id, release, driver
     finally:
         with open(f"{release}.stop", "w") as f:
             f.write("stop")
@@ -104,8 +106,8 @@ def _registered(job_id: str) -> None:
 def test_a_straggler_then_a_stall_then_a_death_are_named_on_the_real_client(
     straggling_job, tmp_path
 ):
-    job_id, release, driver = straggling_job
-    if not os.path.exists(f"{release}.straggle"):  # Ray Train's
+    client, job_id, release, driver = straggling_job
+    if client == "train":
         _the_start_up_is_quiet(job_id, f"{release}.stop")
         with open(f"{release}.straggle", "w") as f:
             f.write("now")
