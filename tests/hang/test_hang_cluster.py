@@ -145,6 +145,7 @@ def test_shape_mismatch_at_one_sequence_number_names_both_shapes(four_ranks):
 
 def test_rank_killed_mid_training_is_reported_dead_with_the_cause(cluster):
     actors, pids = _start(2)
+    ray.get(actors[1].say.remote("loading shard 7 of 8"))
     training = [a.reduce_steps.remote(100_000) for a in actors]
     wait_until(lambda: probes_by_pid(pids)[pids[1]].progress.step > 3, what="training")
 
@@ -161,6 +162,7 @@ def test_rank_killed_mid_training_is_reported_dead_with_the_cause(cluster):
     [dead] = [f for f in report["findings"] if f["kind"] == "dead" and f["ranks"] == [1]]
     assert "rank 1 is dead" in dead["message"] and "Ray: worker died" in dead["message"]
     assert "its last collective: all_reduce" in dead["message"]
+    assert "last log lines: loading shard 7 of 8" in dead["message"]  # read on its node
 
 
 def test_two_subgroups_report_per_group_and_name_the_group(four_ranks, tmp_path):

@@ -44,6 +44,10 @@ class GlooRank(GlooMember):
     def pid(self) -> int:
         return os.getpid()
 
+    def say(self, text: str) -> None:
+        """A line on the worker's stderr: what a rank prints before it dies."""
+        print(text, file=sys.stderr, flush=True)
+
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 

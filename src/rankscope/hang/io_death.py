@@ -6,6 +6,7 @@ read the kernel log) is skipped and the others still speak.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -45,12 +46,20 @@ _RAY_MARKERS = (":job_id:", ":actor_name:", ":task_name:")
 
 def find_deaths(dead: Sequence[ProbeStatus]) -> dict[str, Death]:
     """probe_id -> how, when and why that process died."""
-    refs = {p.info.probe_id: _forensics_on_node(p.context.node_id, p.context.pid) for p in dead}
+    pids_by_node: dict[str, set[int]] = {}
+    for p in dead:
+        pids_by_node.setdefault(p.context.node_id, set()).add(p.context.pid)
+    refs = {node: _forensics_on_node(node, sorted(pids)) for node, pids in pids_by_node.items()}
     ready, _ = (
         ray.wait(list(refs.values()), num_returns=len(refs), timeout=NODE_TASK_TIMEOUT_S)
         if refs
         else ([], [])
     )
+    by_node: dict[str, dict[int, NodeForensics]] = {}
+    for node, ref in refs.items():
+        if ref in ready:
+            with contextlib.suppress(Exception):
+                by_node[node] = ray.get(ref)
     unnamed = [p for p in dead if not p.context.actor_id]
     by_pid = _actors_by_pid() if unnamed else {}
     out = {}
@@ -60,13 +69,7 @@ def find_deaths(dead: Sequence[ProbeStatus]) -> dict[str, Death]:
         if p.reason and kind == DeathKind.UNKNOWN:  # the hub's "node gone: ..." (runtime.registry)
             kind = DeathKind.NODE_DIED
         parts = [p.reason, said]
-        ref = refs[p.info.probe_id]
-        forensics = None
-        if ref in ready:
-            try:
-                forensics = ray.get(ref)
-            except Exception:
-                forensics = None
+        forensics = by_node.get(p.context.node_id, {}).get(p.context.pid)
         if forensics is not None:
             if forensics.kernel_oom:
                 kind = DeathKind.OUT_OF_MEMORY
@@ -157,20 +160,27 @@ def _first_sentence(text: str) -> str:
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _node_forensics(pid: int) -> NodeForensics:
+def _node_forensics(pids: list[int]) -> dict[int, NodeForensics]:
+    """On one node, for each of its dead processes: one task per node, not per process (each
+    task a command runs may start a Ray worker process there)."""
     from ray._private.worker import _global_node
 
     logs_dir = _global_node.get_logs_dir_path() if _global_node is not None else ""
-    lines: list[str] = []
-    for path in sorted(glob.glob(os.path.join(logs_dir, f"worker-*-{pid}.*"))):
-        if path.endswith((".out", ".err")):
-            lines.extend(_tail(path, LOG_LINES))
-    return NodeForensics(tuple(lines[-LOG_LINES:]), _kernel_killed(pid))
+    kernel_log = _kernel_log()
+    out = {}
+    for pid in pids:
+        lines: list[str] = []
+        for path in sorted(glob.glob(os.path.join(logs_dir, f"worker-*-{pid}.*"))):
+            if path.endswith((".out", ".err")):
+                lines.extend(_tail(path, LOG_LINES))
+        killed = None if kernel_log is None else f"Killed process {pid} " in kernel_log
+        out[pid] = NodeForensics(tuple(lines[-LOG_LINES:]), killed)
+    return out
 
 
-def _forensics_on_node(node_id: str, pid: int) -> ray.ObjectRef:
+def _forensics_on_node(node_id: str, pids: list[int]) -> ray.ObjectRef:
     strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-    return _node_forensics.options(scheduling_strategy=strategy).remote(pid)
+    return _node_forensics.options(scheduling_strategy=strategy).remote(pids)
 
 
 def _tail(path: str, count: int) -> list[str]:
@@ -185,11 +195,10 @@ def _tail(path: str, count: int) -> list[str]:
     return [line for line in lines if not line.startswith(_RAY_MARKERS)][-count:]
 
 
-def _kernel_killed(pid: int) -> bool | None:
+def _kernel_log() -> str | None:
+    """The kernel's log (`dmesg`), or None when it cannot be read (no permission, no dmesg)."""
     try:
         proc = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=3)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if proc.returncode != 0:
-        return None
-    return f"Killed process {pid} " in proc.stdout
+    return proc.stdout if proc.returncode == 0 else None
