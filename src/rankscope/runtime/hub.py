@@ -30,7 +30,7 @@ from rankscope.runtime.capacity import HeartbeatCost, dead_after_for, heartbeat_
 from rankscope.runtime.coordination import Claims, Exchanges
 from rankscope.runtime.hub_hooks import on_death
 from rankscope.runtime.hub_relays import HubRelays
-from rankscope.runtime.liveness import NODE_SWEEP_S, dead_nodes, process_still_exists
+from rankscope.runtime.liveness import NODE_SWEEP_S, dead_nodes, processes_still_exist
 from rankscope.runtime.mailbox import PendingReplies
 from rankscope.runtime.protocol import (
     BatchReply,
@@ -308,8 +308,11 @@ class Hub:
         while True:
             await asyncio.sleep(min(configured, 1.0))
             now = time.time()
+            silent: dict[str, list[ProbeRecord]] = {}
             for record in self._registry.to_check(now, self._config.dead_after, configured):
-                self._checks.add(asyncio.ensure_future(self._classify_silent(record)))
+                silent.setdefault(record.info.context.node_id, []).append(record)
+            for node_id, records in silent.items():
+                self._checks.add(asyncio.ensure_future(self._classify_silent(node_id, records)))
             self._registry.forget_oldest_dead()
             self._relays.prune()  # relayed probes that died leave their relay's members
             self._live = self._registry.live_count()
@@ -346,18 +349,22 @@ class Hub:
         for kind, payload in on_death(record.status([]), job):
             self._events.offer(job_id, record.info.probe_id, Event(kind, time.time(), payload))
 
-    async def _classify_silent(self, record: ProbeRecord) -> None:
+    async def _classify_silent(self, node_id: str, records: list[ProbeRecord]) -> None:
+        """One node's silent probes: dead, unresponsive or back, by whether their processes
+        are still there (one look on that node for all of them)."""
         try:
-            exists = await process_still_exists(record.info, self._config.command_deadline)
+            infos = [r.info for r in records]
+            exists = await processes_still_exist(node_id, infos, self._config.command_deadline)
         finally:
-            record.checking = False
+            for record in records:
+                record.checking = False
             self._checks = {c for c in self._checks if not c.done()}
-        config = self._config
-        dead_after = dead_after_for(record.interval, config.heartbeat_interval, config.dead_after)
-        was = record.state
-        record.settle(exists, time.time(), dead_after)
-        if record.state == ProbeState.DEAD and was != ProbeState.DEAD:
-            self._died(record)
+        interval, dead_after = self._config.heartbeat_interval, self._config.dead_after
+        for record, there in zip(records, exists, strict=True):
+            was = record.state
+            record.settle(there, time.time(), dead_after_for(record.interval, interval, dead_after))
+            if record.state == ProbeState.DEAD and was != ProbeState.DEAD:
+                self._died(record)
 
 
 HubActor = ray.remote(Hub)

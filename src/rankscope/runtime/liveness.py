@@ -2,7 +2,8 @@
 
 Missed heartbeats alone cannot tell a dead process from a stuck one (GIL held, stopped,
 swapping). The hub looks for a process on its own node itself; for other nodes' processes it
-runs a zero-CPU task pinned to the probe's node (which may first have to start a worker). The
+runs a zero-CPU task pinned to the probe's node (which may first have to start a worker),
+one for all of that node's silent probes. The
 answer errs towards "still there": only a process (or node) proven gone makes a probe dead.
 This is the one place the registry's rules meet Ray; `registry` decides what the answer means.
 
@@ -15,7 +16,7 @@ rankscope says what Ray says.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -23,7 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rankscope.runtime.protocol import ProbeInfo
 
-__all__ = ["NODE_SWEEP_S", "dead_nodes", "dead_nodes_of", "process_still_exists"]
+__all__ = ["NODE_SWEEP_S", "dead_nodes", "dead_nodes_of", "processes_still_exist"]
 
 NODE_SWEEP_S = 3.0
 """How often the hub reads Ray's node table (one GCS call of a millisecond or two, in a
@@ -70,20 +71,31 @@ def _process_exists(pid: int, create_time: float) -> bool:
         return False
 
 
-_process_exists_task = ray.remote(num_cpus=0)(_process_exists)
+def _processes_exist(processes: list[tuple[int, float]]) -> list[bool]:
+    """`_process_exists` for each (pid, create_time) of one node."""
+    return [_process_exists(pid, create_time) for pid, create_time in processes]
 
 
-async def process_still_exists(info: ProbeInfo, timeout_s: float) -> bool:
-    """Whether the probe's process exists; True when its node is too slow to say in time."""
-    if info.context.node_id == ray.get_runtime_context().get_node_id():
-        return _process_exists(info.context.pid, info.create_time)
+_processes_exist_task = ray.remote(num_cpus=0)(_processes_exist)
+
+
+async def processes_still_exist(
+    node_id: str, infos: Sequence[ProbeInfo], timeout_s: float
+) -> list[bool]:
+    """Whether each of one node's probes' processes exists, all asked in one task on that node
+    (each task may start a Ray worker process there, the more so on a node under load: the
+    hub's task workers above Ray's soft limit end after a second idle); True for all when the
+    node is too slow to say in time."""
+    processes = [(info.context.pid, info.create_time) for info in infos]
+    if node_id == ray.get_runtime_context().get_node_id():
+        return _processes_exist(processes)
     try:
-        ref = _process_exists_task.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(info.context.node_id, soft=False)
-        ).remote(info.context.pid, info.create_time)
-        exists: bool = await asyncio.wait_for(ref, timeout=timeout_s)
+        ref = _processes_exist_task.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+        ).remote(processes)
+        exists: list[bool] = await asyncio.wait_for(ref, timeout=timeout_s)
     except asyncio.TimeoutError:
-        exists = True  # the node is slow, not proven gone: keep looking
+        exists = [True] * len(infos)  # the node is slow, not proven gone: keep looking
     except Exception:
-        exists = False  # the node is gone or refuses work: so is the process
+        exists = [False] * len(infos)  # the node is gone or refuses work: so are the processes
     return exists
