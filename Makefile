@@ -5,13 +5,19 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Tests keep Ray's files in a temp dir and never report usage.
 export RAY_USAGE_STATS_ENABLED := 0
+# Python writes the bytecode of what it imports, once: pip compiles none at install (most of
+# a wheel is never imported: pip took a minute of the install compiling it all), and the
+# hundreds of processes the tests start (Ray workers, CLI calls) each compiled rankscope again
+# where the machine sets PYTHONDONTWRITEBYTECODE.
+unexport PYTHONDONTWRITEBYTECODE
+PIP_INSTALL := $(BIN)/pip install --quiet --disable-pip-version-check --no-compile
 
 .PHONY: demo test test-tiers check check-pure-slow check-pure-rest lint bench bench-incidents clean
 
 $(STAMP): pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e ".[torch,dev]"
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints-dev.txt --no-deps verl
+	$(PIP_INSTALL) -c constraints-dev.txt -e ".[torch,dev]"
+	$(PIP_INSTALL) -c constraints-dev.txt --no-deps verl
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -31,13 +37,7 @@ TEST_PROCESSES ?= 2
 test: $(STAMP)
 	@$(MAKE) --no-print-directory -j2 lint test-tiers
 
-# Every process the tests start (hundreds of Ray workers, each CLI call) imports rankscope
-# and the tests' worker modules: their bytecode written once here, since these machines set
-# PYTHONDONTWRITEBYTECODE (each would compile them again, about 0.1 s of CPU).
-BYTECODE := $(BIN)/python -m compileall -q src tests
-
 test-tiers: $(STAMP)
-	$(BYTECODE)
 	$(BIN)/pytest -q -m before_cluster
 	$(BIN)/pytest -q -m "not before_cluster and not alone" -n $(TEST_PROCESSES) \
 		--dist loadfile --no-loadscope-reorder
@@ -50,7 +50,6 @@ check: lint
 	@$(MAKE) --no-print-directory -j2 --output-sync=target check-pure-slow check-pure-rest
 
 check-pure-slow: $(STAMP)
-	$(BYTECODE)
 	$(BIN)/pytest -q -m "not ray" $(PURE_SLOW)
 
 check-pure-rest: $(STAMP)
