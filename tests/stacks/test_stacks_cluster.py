@@ -31,8 +31,7 @@ from rankscope.runtime.protocol import ProbeState
 from rankscope.stacks.analysis import LONG_WAIT_S
 
 
-@pytest.fixture
-def four_ranks(cluster):
+def _four_ranks() -> tuple[list, list[int], list[str]]:
     """Ranks 0-2 on the head node, rank 3 on the second node, one gloo group."""
     actor = ray.remote(num_cpus=0)(GlooRank)
     on_head = actor.options(resources={"node:__internal_head__": 0.01})
@@ -42,7 +41,29 @@ def four_ranks(cluster):
     pids = ray.get([a.pid.remote() for a in actors])
     node_ids = ray.get([a.node_id.remote() for a in actors])
     wait_registered(pids, ranked=True)
+    return actors, pids, node_ids
+
+
+@pytest.fixture
+def four_ranks(cluster):
+    actors, pids, node_ids = _four_ranks()
     yield actors, pids, node_ids
+    for a in actors:
+        ray.kill(a)
+
+
+@pytest.fixture(scope="module")
+def stalled(cluster, tmp_path_factory):
+    """The four ranks' all_reduce, which rank 3 skips: it waits in its own code for a file
+    while ranks 0-2 wait in all_reduce, for as long as the tests of this file look at it.
+    Then rank 3 returns once the file is there."""
+    actors, pids, node_ids = _four_ranks()
+    release = tmp_path_factory.mktemp("stall") / "release"
+    running = [a.step_once.remote(str(release) if r == 3 else None) for r, a in enumerate(actors)]
+    yield actors, pids, node_ids
+    release.write_text("go")
+    ray.get(running[3], timeout=30)
+    # rank 3 skipped its all_reduce, so the others stay blocked until killed: that is the hang
     for a in actors:
         ray.kill(a)
 
@@ -66,10 +87,8 @@ def _wait_in_all_reduce(pids: list[int]) -> None:
     wait_until(there, timeout=30, what=f"pids {pids} to wait in all_reduce")
 
 
-def test_stacks_groups_the_waiting_ranks_and_names_the_one_that_never_joined(four_ranks, tmp_path):
-    actors, pids, _ = four_ranks
-    release = tmp_path / "release"
-    running = [a.step_once.remote(str(release) if r == 3 else None) for r, a in enumerate(actors)]
+def test_stacks_groups_the_waiting_ranks_and_names_the_one_that_never_joined(stalled):
+    _, pids, _ = stalled
     _wait_in_all_reduce(pids[:3])
 
     result = run_cli("stacks", "--address", cluster_address(), "--ranks", "0-3")
@@ -89,16 +108,9 @@ def test_stacks_groups_the_waiting_ranks_and_names_the_one_that_never_joined(fou
         " ".join(out.split()),
     )
 
-    release.write_text("go")
-    ray.get(running[3], timeout=30)
-    # rank 3 skipped its all_reduce, so the others stay blocked until killed: that is the hang
 
-
-def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
-    actors, pids, node_ids = four_ranks
-    release = tmp_path / "release"
-    for r, a in enumerate(actors):
-        a.step_once.remote(str(release) if r == 3 else None)
+def test_stacks_json_has_every_rank_with_node_and_pid(stalled):
+    _, pids, node_ids = stalled
     _wait_in_all_reduce(pids[:3])
 
     result = _stacks_of_this_job("--json", "--ranks", "0-3")
@@ -117,15 +129,12 @@ def test_stacks_json_has_every_rank_with_node_and_pid(four_ranks, tmp_path):
     expected = dict(zip(pids, node_ids, strict=True))
     assert {p: members[p]["node_id"] for p in pids} == expected
     assert len(set(node_ids)) == 2  # two nodes
-    release.write_text("go")
 
 
-def test_ranks_that_waited_long_are_a_finding_in_one_look(four_ranks, tmp_path):
+def test_ranks_that_waited_long_are_a_finding_in_one_look(stalled):
     """The waiting ranks' recorders say since when they wait, in every heartbeat and answer:
     past LONG_WAIT_S the finding needs no second look, and the JSON says how long each waited."""
-    actors, pids, _ = four_ranks
-    release = tmp_path / "release"
-    running = [a.step_once.remote(str(release) if r == 3 else None) for r, a in enumerate(actors)]
+    _, pids, _ = stalled
 
     def waited_long() -> bool:
         found = probes_by_pid(pids[:3]).values()
@@ -138,8 +147,6 @@ def test_ranks_that_waited_long_are_a_finding_in_one_look(four_ranks, tmp_path):
 
     result = _stacks_of_this_job("--json", "--ranks", "0-3")
 
-    release.write_text("go")
-    ray.get(running[3], timeout=30)
     assert result.exit_code == 1, result.output
     [data] = json.loads(result.output)["data"]
     [finding] = data["findings"]
@@ -159,8 +166,9 @@ def test_ranks_in_different_places_while_they_step_are_no_finding(four_ranks):
         timeout=30,
         what="the ranks to step",
     )
+    group = str(probes_by_pid(pids)[pids[0]].context.group)  # not the stalled ranks 0-3
 
-    result = _stacks_of_this_job("--json", "--ranks", "0-3")
+    result = _stacks_of_this_job("--json", "--group", group, "--ranks", "0-3")
 
     for a in actors:
         ray.kill(a)  # ends the loop (the fixture kills them again, harmlessly)
