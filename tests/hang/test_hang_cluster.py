@@ -82,19 +82,29 @@ def test_healthy_job_exits_0(cluster):
     assert "group 0 (ranks 0-3): last #" in result.stdout
 
 
-def test_rank_that_skips_an_all_reduce_is_named_with_the_sequence_number_and_line(
-    four_ranks, tmp_path
-):
-    actors, pids = four_ranks
+@pytest.fixture(scope="module")
+def skipped(cluster, tmp_path_factory):
+    """Four ranks step twice, then rank 3 skips the third all_reduce: it waits in its own code
+    for a file, ranks 0-2 in all_reduce #3, while this file's tests look (at their group
+    only). Yields the ranks' pids and when the skip began."""
+    actors, pids = _start(4)
     ray.get([a.reduce_steps.remote(2) for a in actors])
-    release = tmp_path / "release"
+    release = tmp_path_factory.mktemp("skip") / "release"
+    started = time.time()
     for r, a in enumerate(actors):
         a.step_once.remote(str(release) if r == 3 else None)
+    yield pids, started
+    release.write_text("go")
+    for a in actors:
+        ray.kill(a)
+
+
+def test_rank_that_skips_an_all_reduce_is_named_with_the_sequence_number_and_line(skipped):
+    pids, _ = skipped
     wait_until(lambda: _hang_json(*_group(pids))[0] == 1, timeout=20, what="the hang to show")
 
     result = run_cli("hang", "--address", cluster_address(), "--min-wait", "0.5", *_group(pids))
 
-    release.write_text("go")
     assert result.returncode == 1, result.stderr
     text = " ".join(result.stdout.split())
     # 2 reduce_steps all_reduces came first: the skipped one is #3 of the default group
@@ -211,16 +221,12 @@ def test_watchdog_writes_a_hang_report_before_the_backend_timeout(cluster, tmp_p
     assert any("rank 1 never entered" in m for m in messages), messages
 
 
-def test_a_hang_raises_an_alert_by_itself_naming_the_rank_and_its_line(four_ranks, tmp_path):
+def test_a_hang_raises_an_alert_by_itself_naming_the_rank_and_its_line(skipped):
     """No command run: the group's judge raises `hang` about rank 3, stuck in its own code
     while ranks 0-2 wait in all_reduce, within a few seconds of the 10 s threshold."""
-    actors, pids = four_ranks
+    pids, started = skipped
     client = HubClient.attach(cluster_address())
     job = str(probes_by_pid(pids)[pids[0]].context.job_id)
-    release = tmp_path / "release"
-    started = time.time()
-    for r, a in enumerate(actors):
-        a.step_once.remote(str(release) if r == 3 else None)
 
     def hang_alert() -> dict | None:
         for e in client.events(job, ["alert"], 200):
@@ -230,7 +236,6 @@ def test_a_hang_raises_an_alert_by_itself_naming_the_rank_and_its_line(four_rank
         return None
 
     wait_until(lambda: hang_alert() is not None, timeout=40, what="the hang alert")
-    release.write_text("go")
     alert = hang_alert()
     assert alert is not None
     assert "rank 3 never entered" in alert["payload"]["message"]
