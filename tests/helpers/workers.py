@@ -174,14 +174,18 @@ def form_group(actors: list) -> None:
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    """`predicate()`'s first true value, asked every `interval`, and at most half the time: a
+    look that takes long (a `rankscope` command run as a subprocess, a second of CPU) is
+    followed by a sleep as long, so the polls leave the cores to the job they watch."""
     deadline = time.time() + timeout
     while True:
+        started = time.monotonic()
         value = predicate()
         if value:
             return value
         if time.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+        time.sleep(max(interval, time.monotonic() - started))
 
 
 ENGINE = """
