@@ -12,6 +12,7 @@ from rankscope.memory.model import MemorySnapshot, RankMemoryReply
 from rankscope.runtime import deadlines
 from rankscope.runtime.ask import Command, Selection, ask_one, select
 from rankscope.runtime.client import HubClient
+from rankscope.runtime.interrupt import interrupted, until_interrupted
 from rankscope.runtime.protocol import ProbeStatus
 
 NO_ANSWER = "no answer within {deadline}s"
@@ -107,15 +108,19 @@ def watch_views(
     watched: dict[str, list[MemorySnapshot]] = {}
     last: list[JobMemory] = []
     done = 0
-    try:
-        while rounds is None or done < rounds:
-            started = time.monotonic()
-            last = cluster_memory(address, selection, client=client, watched=watched)
-            show(last)
-            done += 1
-            time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
-    except KeyboardInterrupt:
-        pass
+    with until_interrupted():
+        try:
+            while (rounds is None or done < rounds) and not interrupted():
+                started = time.monotonic()
+                last = cluster_memory(address, selection, client=client, watched=watched)
+                show(last)
+                done += 1
+                time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+        except KeyboardInterrupt:
+            pass
+        except Exception:
+            if not interrupted():  # else the Ctrl-C, come back out of Ray as another error
+                raise
     return last
 
 
