@@ -11,8 +11,11 @@ import textwrap
 import time
 
 PRELUDE = """
-import sys, threading, time
+import signal, sys, threading, time
 from rankscope.runtime import interrupt
+# Ctrl-C's handling as in a terminal (a test process, pytest-xdist's, may have it ignored and
+# its children inherit that)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 interrupt.GRACE_S = 1.0
 print("ready", flush=True)
 """
