@@ -122,9 +122,12 @@ def cluster() -> Iterator[object]:
     """A head node and a worker node (tagged with a custom resource) on this machine."""
     from ray.cluster_utils import Cluster
 
+    # No log monitor: it streams workers' output to drivers, which here read none
+    # (`log_to_driver=False`; rankscope reads the workers' log files itself), and it cost
+    # 10-20 s of CPU per session listing and reading hundreds of them.
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 6, "include_dashboard": False},
+        head_node_args={"num_cpus": 6, "include_dashboard": False, "include_log_monitor": False},
     )
     c.add_node(num_cpus=4, resources={WORKER_NODE_RESOURCE: 100})
     c.wait_for_nodes()
