@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ HUB_RESTART_WAIT_S = 10.0
 """The longest a call waits for a hub that Ray is restarting."""
 HUB_POLL_S = 1.0
 HUB_RESTARTING_STATES = frozenset({"RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY"})
+HUB_STATE_S = 2.0
+"""The longest a look at the hub's state in Ray's GCS may take before it counts as unknown."""
 
 _HOW_TO_POINT = (
     "start one with `ray start --head` (or run your job), or point at one with "
@@ -297,7 +300,22 @@ class HubClient:
 
 
 def hub_state(handle: Any) -> str | None:
-    """The hub actor's state in Ray's GCS (ALIVE, RESTARTING, DEAD, ...), None if unknown."""
+    """The hub actor's state in Ray's GCS (ALIVE, RESTARTING, DEAD, ...), None if unknown or
+    not known within `HUB_STATE_S`: the GCS query has no deadline of its own, and while the
+    main thread waits in it no Python runs there (not even Ctrl-C's handler), so it is asked
+    on a thread of its own."""
+    found: list[str | None] = [None]
+
+    def look() -> None:
+        found[0] = _hub_state_now(handle)
+
+    thread = threading.Thread(target=look, name="rankscope-hub-state", daemon=True)
+    thread.start()
+    thread.join(HUB_STATE_S)
+    return found[0]
+
+
+def _hub_state_now(handle: Any) -> str | None:
     try:  # best effort: the GCS's actor table through Ray's private state module
         from ray._private import state
 
