@@ -2,9 +2,9 @@
 
 Missed heartbeats alone cannot tell a dead process from a stuck one (GIL held, stopped,
 swapping). The hub looks for a process on its own node itself; for other nodes' processes it
-runs a zero-CPU task pinned to the probe's node (which may first have to start a worker),
-one for all of that node's silent probes. The
-answer errs towards "still there": only a process (or node) proven gone makes a probe dead.
+runs a zero-CPU task pinned to the probe's node (which may first have to start a worker), one
+for all of that node's silent probes. The answer errs towards "still there": only a process
+(or node) proven gone makes a probe dead.
 This is the one place the registry's rules meet Ray; `registry` decides what the answer means.
 
 Ray's own verdict on nodes comes from the GCS's node table (`dead_nodes`): a worker can outlive
