@@ -100,3 +100,24 @@ def test_outside_a_refresh_ctrl_c_is_python_s_own_again():
             print("KeyboardInterrupt")
     """)
     assert code == 0 and out.split() == ["restored", "KeyboardInterrupt"], out
+
+
+def test_an_error_after_the_ctrl_c_ends_the_loop_and_one_before_it_is_raised():
+    """What Ray's calls make of the KeyboardInterrupt (another exception) ends the block
+    quietly; an error with no Ctrl-C behind it still reaches the user."""
+    code, out, took = _interrupted("""
+        try:
+            with interrupt.until_interrupted():
+                raise ValueError("no Ctrl-C yet")
+        except ValueError as exc:
+            print("raised:", exc, flush=True)
+        with interrupt.until_interrupted():
+            while True:
+                try:
+                    time.sleep(0.05)
+                except KeyboardInterrupt:
+                    raise SystemError("returned a result with an exception set") from None
+        print("ended")
+    """)
+    assert (code, out.splitlines()[:2]) == (0, ["raised: no Ctrl-C yet", "ended"]), out
+    assert took < 5, took

@@ -33,24 +33,18 @@ def follow_logs(
     offsets: dict[str, dict[str, dict[str, int]]] = {}  # job -> node -> file -> bytes read
     reported: set[str] = set()
     with until_interrupted():
-        try:
-            while not interrupted():
-                for job_id, probes in client.jobs(job).items():
-                    lines, errors = read_new_lines(
-                        job_id, probes, log_filter, offsets.setdefault(job_id, {})
-                    )
-                    for line in lines:
-                        if as_json:
-                            out.print(json.dumps(plain(line)), markup=False, highlight=False)
-                        else:
-                            out.print(line_text(line), markup=False, highlight=False)
-                    for error in sorted(set(errors) - reported):  # once each, on stderr
-                        reported.add(error)
-                        err.print(f"rankscope: {error}", markup=False, highlight=False)
-                time.sleep(POLL_S)
-                log_filter = dataclasses.replace(log_filter, now=time.time())
-        except KeyboardInterrupt:
-            pass
-        except Exception:
-            if not interrupted():  # else the Ctrl-C, come back out of Ray as another error
-                raise
+        while not interrupted():
+            for job_id, probes in client.jobs(job).items():
+                lines, errors = read_new_lines(
+                    job_id, probes, log_filter, offsets.setdefault(job_id, {})
+                )
+                for line in lines:
+                    if as_json:
+                        out.print(json.dumps(plain(line)), markup=False, highlight=False)
+                    else:
+                        out.print(line_text(line), markup=False, highlight=False)
+                for error in sorted(set(errors) - reported):  # once each, on stderr
+                    reported.add(error)
+                    err.print(f"rankscope: {error}", markup=False, highlight=False)
+            time.sleep(POLL_S)
+            log_filter = dataclasses.replace(log_filter, now=time.time())

@@ -109,18 +109,12 @@ def watch_views(
     last: list[JobMemory] = []
     done = 0
     with until_interrupted():
-        try:
-            while (rounds is None or done < rounds) and not interrupted():
-                started = time.monotonic()
-                last = cluster_memory(address, selection, client=client, watched=watched)
-                show(last)
-                done += 1
-                time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
-        except KeyboardInterrupt:
-            pass
-        except Exception:
-            if not interrupted():  # else the Ctrl-C, come back out of Ray as another error
-                raise
+        while (rounds is None or done < rounds) and not interrupted():
+            started = time.monotonic()
+            last = cluster_memory(address, selection, client=client, watched=watched)
+            show(last)
+            done += 1
+            time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
     return last
 
 

@@ -48,8 +48,9 @@ def interrupted() -> bool:
 
 @contextlib.contextmanager
 def until_interrupted() -> Iterator[None]:
-    """A loop that runs until Ctrl-C: see the module's docstring. Outside the main thread (where
-    Python takes no signal) it changes nothing."""
+    """A loop that runs until Ctrl-C: see the module's docstring. The Ctrl-C ends the block
+    quietly, as does any error raised once it came (Ray's calls may turn the KeyboardInterrupt
+    into one). Outside the main thread (where Python takes no signal) it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -68,6 +69,11 @@ def until_interrupted() -> Iterator[None]:
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         yield
+    except KeyboardInterrupt:
+        pass  # the Ctrl-C that ends the loop
+    except Exception:
+        if not _state["interrupted"]:
+            raise  # else the Ctrl-C, come back out of Ray's calls as another error
     finally:
         if previous is not None:  # None: set outside Python, cannot be put back
             signal.signal(signal.SIGINT, previous)
